@@ -1,0 +1,27 @@
+# DRT_ENABLE_CUDA: on by default when a CUDA compiler is found; a CPU-only build always works.
+# Sets DRT_HAVE_CUDA for the generated config header.
+include(CheckLanguage)
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "CUDA compiler")
+endif()
+check_language(CUDA)
+set(_drt_cuda_default OFF)
+if(CMAKE_CUDA_COMPILER)
+  set(_drt_cuda_default ON)
+endif()
+option(DRT_ENABLE_CUDA "Build the CUDA backend (cuBLAS, cuDNN, NCCL)" ${_drt_cuda_default})
+set(DRT_HAVE_CUDA 0)
+if(DRT_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    message(FATAL_ERROR "DRT_ENABLE_CUDA=ON but no CUDA compiler was found; "
+                        "install the CUDA toolkit or configure with -DDRT_ENABLE_CUDA=OFF")
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    # 90 = H100/H200; 90-virtual adds PTX that newer GPUs JIT-compile.
+    set(CMAKE_CUDA_ARCHITECTURES "80-real;90-real;90-virtual")
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  set(DRT_HAVE_CUDA 1)
+endif()
+message(STATUS "drtrain: CUDA backend ${DRT_ENABLE_CUDA}")

@@ -1,0 +1,39 @@
+// Waiting without burning a core. A rank that waits for a peer (a PS for pushes, a worker for
+// fresh parameters) polls; on an oversubscribed node a spinning poller steals the core that
+// the peer needs. PollWaiter spins for the first few polls (short waits stay fast), then naps
+// with exponentially growing sleeps capped at `max_nap_us`, and reports a timeout.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <string>
+
+#include "drtrain/comm/comm.hpp"
+
+namespace drt::comm {
+
+class PollWaiter {
+ public:
+  PollWaiter(double timeout_s, int max_nap_us);
+  // Call after each unsuccessful poll. Returns false once the timeout has passed.
+  bool pause();
+  double waited_seconds() const;
+
+ private:
+  double start_;
+  double timeout_s_;
+  int max_nap_us_;
+  int polls_ = 0;
+  int nap_us_ = 1;
+};
+
+// Waits for a nonblocking MPI request with MPI_Test and naps. On timeout throws HangError whose
+// message is "<rank>: waited N s for <what()>: ...".
+void wait_request(MPI_Request& request, double timeout_s, int max_nap_us,
+                  const std::function<std::string()>& what);
+
+// MPI_Ibarrier + wait_request: a barrier that does not spin.
+void sleepy_barrier(const Comm& comm, double timeout_s, int max_nap_us, const std::string& what);
+
+}  // namespace drt::comm

@@ -1,0 +1,28 @@
+// Small string helpers: concatenation of streamable values and human-readable sizes.
+#pragma once
+
+#include <cstddef>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace drt {
+
+// str("step ", 3, " of ", 10) == "step 3 of 10"
+template <typename... Args>
+std::string str(const Args&... args) {
+  std::ostringstream out;
+  (out << ... << args);
+  return out.str();
+}
+
+// "1.50 MiB", "12.0 GiB", "512 B"
+std::string human_bytes(double bytes);
+
+// join({"a","b"}, ", ") == "a, b"
+std::string join(const std::vector<std::string>& parts, const std::string& sep);
+
+// Parses a non-negative integer; throws ConfigError naming `what` on anything else.
+long long parse_count(const std::string& text, const std::string& what);
+
+}  // namespace drt

@@ -1,0 +1,77 @@
+// Optimizers applied by a PS to its shard of the flat parameter space. Formulas follow
+// torch.optim (documented in docs/ARCHITECTURE.md); g is the mean gradient, wd the weight decay:
+//   sgd:       g += wd * p;  [momentum m > 0: b = m * b + g;  g = nesterov ? g + m * b : b]
+//              p -= lr * g
+//   adam:      g += wd * p  (L2);  then the Adam update with bias correction
+//   adamw:     p -= lr * wd * p  (decoupled);  then the Adam update
+// State ("slots": momentum buffer; Adam's exp_avg and exp_avg_sq) lives only on the PS that owns
+// the shard, one float per shard element per slot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "drtrain/core/aligned_buffer.hpp"
+#include "drtrain/optim/lr_schedule.hpp"
+
+namespace drt::optim {
+
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+OptimizerKind parse_optimizer(const std::string& text);  // ConfigError lists the choices
+std::string to_string(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 0.05;
+  double momentum = 0.9;  // sgd only; 0 = plain SGD
+  bool nesterov = false;  // sgd with momentum only
+  double beta1 = 0.9;     // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  LrSchedule schedule;
+
+  void validate() const;  // ConfigError naming the flag
+  int num_slots() const;  // state floats per parameter
+  std::string describe() const;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Sets up global step `step` (0-based): the learning rate and Adam's bias corrections.
+  void begin_step(std::int64_t step);
+  // For i in [0, n): params[i] updated with gradient grad[i] * grad_scale; the state used is
+  // that of shard element offset + i. Must follow begin_step(); blocks of one step may come in
+  // any order, each element once.
+  virtual void update(std::size_t offset, std::size_t n, float* params, const float* grad,
+                      float grad_scale) = 0;
+
+  const OptimizerConfig& config() const { return config_; }
+  double current_lr() const { return lr_; }
+  std::int64_t current_step() const { return step_; }
+  std::size_t shard_size() const { return shard_size_; }
+  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  AlignedBuffer<float>& slot(std::size_t k) { return slots_[k]; }
+
+ protected:
+  Optimizer(const OptimizerConfig& config, std::size_t shard_size, std::vector<std::string> slots);
+  virtual void on_begin_step() {}
+
+  OptimizerConfig config_;
+  std::size_t shard_size_;
+  std::vector<std::string> slot_names_;
+  std::vector<AlignedBuffer<float>> slots_;
+  std::int64_t step_ = -1;
+  double lr_ = 0.0;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t shard_size);
+
+}  // namespace drt::optim

@@ -1,0 +1,77 @@
+// ParameterServer: the PS side of the synchronous exchange. Owns this PS's shard of the flat
+// parameter space (in the exchange windows), the optimizer state for it, and the serve loop:
+// for each block of the shard (shard_window.hpp), wait until every worker has pushed it for
+// step t, apply the optimizer once with the mean gradient (sum / W, or the worker slots summed
+// in worker order in deterministic mode), zero the sum, publish the block's new version.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "drtrain/comm/topology.hpp"
+#include "drtrain/core/aligned_buffer.hpp"
+#include "drtrain/optim/optimizer.hpp"
+#include "drtrain/ps/exchange_config.hpp"
+#include "drtrain/ps/shard_plan.hpp"
+#include "drtrain/ps/shard_window.hpp"
+
+namespace drt::ps {
+
+class SyncProtocol;
+
+struct ServerStats {
+  std::int64_t steps = 0;
+  double wait_s = 0.0;     // waiting for pushes (includes the workers' compute time)
+  double apply_s = 0.0;    // optimizer, slot sums and zeroing
+  double publish_s = 0.0;  // publishing versions (fence: includes the workers' pulls)
+};
+
+class ParameterServer {
+ public:
+  // Collective over MPI_COMM_WORLD together with WorkerExchange's constructor on the workers.
+  // `first_step` is the global step of the first update (non-zero when resuming).
+  ParameterServer(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config,
+                  const optim::OptimizerConfig& optimizer, std::int64_t first_step = 0);
+  ~ParameterServer();
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  // Collective with WorkerExchange::start(): receives the chief's initial parameters (unless
+  // the caller filled params() itself, e.g. from a checkpoint) and publishes version 1.
+  void start();
+
+  // Serves steps until every worker has called WorkerExchange::finish(); returns the number of
+  // steps applied. `after_step(steps_done)` runs after each complete step (parameters stay
+  // unchanged until the next step is pushed, so the hook may read params(), e.g. to save).
+  using StepHook = std::function<void(std::int64_t global_step)>;
+  std::int64_t serve(const StepHook& after_step = {});
+
+  ShardRange range() const { return range_; }
+  float* params();  // this PS's shard, range().size() elements
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  std::int64_t global_step() const { return first_step_ + stats_.steps; }
+  const ServerStats& stats() const { return stats_; }
+  // Bytes this PS holds for the exchange and the optimizer.
+  std::size_t memory_bytes() const;
+
+ private:
+  const ShardLayout& layout() const;
+  void apply_block(int block);
+
+  const comm::Topology& topo_;
+  ExchangeConfig config_;
+  ShardRange range_;
+  std::int64_t first_step_;
+  ShardWindow window_;
+  std::unique_ptr<SyncProtocol> sync_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
+  ServerStats stats_;
+};
+
+// Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots.
+std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool deterministic,
+                            const optim::OptimizerConfig& optimizer);
+
+}  // namespace drt::ps

@@ -1,0 +1,96 @@
+// ShardWindow: the RMA windows of the exchange, over MPI_COMM_WORLD, and where every region
+// lives in them. Each PS exposes its shard; workers expose nothing. Made collectively by
+// ParameterServer and WorkerExchange (every rank constructs one of them at the same point).
+//
+// A PS shard of S elements is cut into blocks of at most E elements (E = the RMA chunk; one
+// block of the whole shard under --rma-sync fence). A block is the unit of synchronisation: a
+// worker signals each block it has pushed, the PS applies and publishes each block as soon as
+// every worker has pushed it, and workers pull each block as soon as it is published, so the
+// push, the apply and the pull of one step overlap.
+//
+// Windows (all allocated with MPI_Win_allocate, regions 64-byte aligned):
+//   passive: params window      S floats
+//            K gradient windows block b's sum lives in window b % K ("stripes", K = min(W, 8));
+//                               deterministic mode: K = 1 window with W slots of S floats
+//   fence:   one data window    params, then the sum (or the W slots)
+//   control window (both):      version[B] | pushed[W][B] | departed[W]   (int64 words)
+// Why stripes and a separate control window: Open MPI's osc/sm runs every accumulate-family
+// operation to one target of one window under one spin lock. W workers accumulating into one
+// window would take turns (and spin while waiting); a PS polling its words in the data window
+// would spin behind multi-megabyte accumulates.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "drtrain/comm/topology.hpp"
+#include "drtrain/comm/window.hpp"
+#include "drtrain/ps/exchange_config.hpp"
+#include "drtrain/ps/shard_plan.hpp"
+
+namespace drt::ps {
+
+// A place in the exchange windows: which data window, and the byte displacement in the target's
+// part of it.
+struct WindowSpot {
+  int window = 0;
+  MPI_Aint disp = 0;
+};
+
+// The geometry of one PS's part of the windows. Pure arithmetic, the same on every rank.
+class ShardLayout {
+ public:
+  ShardLayout(std::size_t shard_size, std::size_t block_elems, int num_workers, int stripes,
+              bool per_worker_slots, bool single_data_window);
+
+  std::size_t shard_size() const { return shard_size_; }
+  int num_blocks() const { return num_blocks_; }  // at least 1 (an empty shard has one empty block)
+  std::size_t block_begin(int b) const;
+  std::size_t block_size(int b) const;
+  int block_of(std::size_t element) const { return static_cast<int>(element / block_elems_); }
+
+  WindowSpot params(std::size_t element) const;
+  // Where worker w's gradient for shard element `element` goes (the shared sum unless slots).
+  WindowSpot grad(int worker, std::size_t element) const;
+  std::size_t data_window_bytes(int window) const;
+
+  // Control words (byte displacements in the control window).
+  MPI_Aint version_word(int block) const { return 8 * block; }
+  MPI_Aint pushed_word(int worker, int block) const { return 8 * (num_blocks_ + worker * num_blocks_ + block); }
+  MPI_Aint departed_word(int worker) const { return 8 * (num_blocks_ * (1 + num_workers_) + worker); }
+  std::size_t control_words() const { return static_cast<std::size_t>(num_blocks_) * (1 + num_workers_) + num_workers_; }
+
+ private:
+  std::size_t shard_size_, block_elems_;
+  int num_workers_, stripes_, num_blocks_;
+  bool slots_, single_;
+  MPI_Aint grads_offset_;  // single data window: where the gradients start
+};
+
+class ShardWindow {
+ public:
+  ShardWindow(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config);
+
+  const ShardLayout& layout(int ps) const { return layouts_[static_cast<std::size_t>(ps)]; }
+  int target(int ps) const { return ps_ranks_[static_cast<std::size_t>(ps)]; }  // world rank
+  int num_ps() const { return static_cast<int>(ps_ranks_.size()); }
+  int num_data_windows() const { return static_cast<int>(data_.size()); }
+  MPI_Win data(int window) const { return data_[static_cast<std::size_t>(window)].get(); }
+  const comm::Window& data_window(int window) const { return data_[static_cast<std::size_t>(window)]; }
+  const comm::Window& control() const { return control_; }
+
+  // PS only: pointers into this PS's own memory.
+  float* local(WindowSpot spot);
+
+ private:
+  std::vector<ShardLayout> layouts_;
+  std::vector<int> ps_ranks_;
+  int my_ps_ = -1;
+  std::vector<comm::Window> data_;
+  comm::Window control_;
+};
+
+}  // namespace drt::ps

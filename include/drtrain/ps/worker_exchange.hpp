@@ -1,0 +1,122 @@
+// WorkerExchange: the worker side of the synchronous exchange. A step is
+//   push(grad bucket)...   every element of the flat gradient exactly once, in any buckets;
+//                          each block (shard_window.hpp) is announced to its PS when complete
+//   finish_push()          checks the whole gradient went out, announces what is left
+//   pull(params range)...  waits for each block's new version, then MPI_Get
+// A push completes any pull still pending.
+// push() and pull() only issue RMA operations and return handles: the caller may compute
+// meanwhile (e.g. push layer k while backward runs on layer k-1) and wait() when it needs the
+// buffer. Thread-compatible, not thread-safe: call from the thread that owns MPI.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "drtrain/comm/topology.hpp"
+#include "drtrain/ps/exchange_config.hpp"
+#include "drtrain/ps/shard_plan.hpp"
+#include "drtrain/ps/shard_window.hpp"
+
+namespace drt::ps {
+
+class SyncProtocol;
+class WorkerExchange;
+
+// Seconds spent, summed since the last take_times().
+struct ExchangeTimes {
+  double push_s = 0.0;  // issuing and completing pushes, signalling the PS
+  double wait_s = 0.0;  // waiting for the PS to publish (all workers' pushes + the apply)
+  double pull_s = 0.0;  // issuing and completing Gets
+};
+
+class PushHandle {
+ public:
+  // Returns once the pushed bucket's buffer may be modified (MPI local completion).
+  // Under --rma-sync fence, MPI completes operations only at the closing fence, in
+  // finish_push(): wait() returns at once and the buffer must stay untouched until then.
+  void wait();
+
+ private:
+  friend class WorkerExchange;
+  WorkerExchange* owner_ = nullptr;
+  std::vector<int> targets_;  // PS indices the bucket went to
+};
+
+class PullHandle {
+ public:
+  // Returns once the pulled ranges are in the destination buffer. Under --rma-sync fence this
+  // closes the step's pull epoch: issue every pull of a step before waiting on any.
+  void wait();
+
+ private:
+  friend class WorkerExchange;
+  WorkerExchange* owner_ = nullptr;
+};
+
+class WorkerExchange {
+ public:
+  // Collective over MPI_COMM_WORLD together with ParameterServer's constructor on the PS.
+  WorkerExchange(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config);
+  ~WorkerExchange();
+  WorkerExchange(const WorkerExchange&) = delete;
+  WorkerExchange& operator=(const WorkerExchange&) = delete;
+
+  // Collective with ParameterServer::start(). The chief uploads `initial_params` (the whole flat
+  // space) unless it is null (the PS filled its shards itself); other workers' argument is
+  // ignored. Afterwards pull() returns the initial parameters.
+  void start(const float* initial_params);
+
+  PushHandle push(const float* grad, std::size_t offset, std::size_t count);
+  void finish_push();
+  PullHandle pull(float* params, std::size_t offset, std::size_t count);
+
+  // Convenience: pull everything and wait; push everything, finish, pull everything.
+  void pull_all(float* params);
+  void step(const float* grad, float* params);
+
+  // Leave the exchange (all workers together, after the same number of steps); the PS
+  // servers return from serve(). No push or pull afterwards.
+  void finish();
+
+  std::int64_t steps_pushed() const { return pushes_; }
+  std::size_t total() const { return plan_.total(); }
+  ExchangeTimes take_times();
+
+ private:
+  friend class PushHandle;
+  friend class PullHandle;
+  // One RMA operation: `count` elements from flat index offset + at, inside one block.
+  struct Chunk {
+    int ps;
+    int block;
+    std::size_t shard_element;  // first element, relative to the PS's shard
+    std::size_t at;             // first element, relative to the caller's buffer
+    int count;
+  };
+  std::vector<Chunk> chunks(std::size_t offset, std::size_t count) const;
+  void announce(int ps, int block);
+  void complete_local(const std::vector<int>& targets);
+  void await_block(int ps, int block, std::int64_t version);
+  void complete_pull();
+  void close_pull_epoch();
+  void check_open(const char* what) const;
+
+  const comm::Topology& topo_;
+  ShardPlan plan_;
+  ExchangeConfig config_;
+  std::size_t chunk_elems_;
+  ShardWindow window_;
+  std::unique_ptr<SyncProtocol> sync_;
+  std::int64_t pushes_ = 0;          // steps whose push this worker has finished
+  std::size_t pushed_elements_ = 0;  // in the step being pushed
+  std::vector<std::vector<std::size_t>> block_filled_;  // per PS, per block: elements pushed
+  std::vector<std::vector<bool>> block_announced_;      // per PS, per block: announced this step
+  bool pull_open_ = false;                // Gets issued and not yet completed
+  std::int64_t pull_closed_version_ = 0;  // fence: version whose pull epoch has closed
+  bool finished_ = false;
+  ExchangeTimes times_;
+};
+
+}  // namespace drt::ps

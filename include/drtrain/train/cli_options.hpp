@@ -1,0 +1,29 @@
+// Command-line option groups shared by drtrain's programs (Boost.Program_options). Each group
+// writes straight into the typed configuration; enumerated values are parsed by notifiers and
+// a bad choice throws ConfigError listing the choices. Defaults live in the config structs.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include "drtrain/comm/topology.hpp"
+#include "drtrain/optim/optimizer.hpp"
+#include "drtrain/ps/exchange_config.hpp"
+
+namespace drt::train {
+
+namespace po = boost::program_options;
+
+struct LayoutOptions {
+  int num_ps = 1;
+  comm::Placement placement = comm::Placement::kFirst;
+};
+
+po::options_description layout_options(LayoutOptions& out);
+po::options_description exchange_options(ps::ExchangeConfig& out);
+po::options_description optimizer_options(optim::OptimizerConfig& out);
+
+// Parses argv against `desc` and runs the notifiers. Unknown flags and malformed values become
+// ConfigError ("... ; see --help"). Returns the variables map (e.g. to test for --help).
+po::variables_map parse_command_line(int argc, char** argv, const po::options_description& desc);
+
+}  // namespace drt::train

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, every Debian 12 package drtrain needs to build, test and train that is
+# not installed yet. Safe to run again: with nothing missing it changes nothing.
+# Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  openmpi-bin libopenmpi-dev          # MPI (Open MPI 4.1)
+  libhdf5-openmpi-dev hdf5-tools      # parallel HDF5 (checkpoints), h5ls/h5dump
+  libboost-program-options-dev        # CLI
+  libopenblas-dev                     # GEMM on CPU
+  libgtest-dev                        # tests
+  zlib1g-dev                          # gzip'd IDX files
+  python3 python3-h5py python3-numpy  # checkpoint tests read files with h5py
+  dataset-fashion-mnist               # training data under /usr/share/datasets/fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install_deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

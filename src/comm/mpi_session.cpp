@@ -1,0 +1,64 @@
+#include "drtrain/comm/mpi_session.hpp"
+
+#include <mpi.h>
+#include <sys/prctl.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+
+namespace drt::comm {
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int already = 0;
+  DRT_MPI_CHECK(MPI_Initialized(&already));
+  if (!already) {
+    int provided = MPI_THREAD_SINGLE;
+    DRT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    initialised_here_ = true;
+  }
+  DRT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  DRT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
+  DRT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
+  DRT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  set_process_rank(world_rank_);
+  // Waiting ranks nap in short sleeps (comm/poll.hpp); the default 50 us timer slack would
+  // stretch each nap, so ask for precise wake-ups.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (initialised_here_ && !finalized) MPI_Finalize();
+}
+
+int run_mpi_main(int argc, char** argv, const char* program,
+                 const std::function<int(MpiSession&, int, char**)>& body) {
+  int world_rank = -1;
+  try {
+    MpiSession session(&argc, &argv);
+    world_rank = session.world_rank();
+    try {
+      return body(session, argc, argv);
+    } catch (const ConfigError& e) {
+      if (session.world_rank() == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: fatal error on %s: %s\n", program, rank_tag().c_str(), e.what());
+  } catch (...) {
+    std::fprintf(stderr, "%s: fatal error on %s: unknown exception\n", program, rank_tag().c_str());
+  }
+  std::fflush(stderr);
+  int initialised = 0, finalized = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  if (initialised && !finalized && world_rank >= 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  return 1;
+}
+
+}  // namespace drt::comm

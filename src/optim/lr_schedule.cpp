@@ -1,0 +1,65 @@
+#include "drtrain/optim/lr_schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+
+namespace drt::optim {
+
+LrScheduleKind parse_lr_schedule(const std::string& text) {
+  if (text == "constant") return LrScheduleKind::kConstant;
+  if (text == "step") return LrScheduleKind::kStep;
+  if (text == "cosine") return LrScheduleKind::kCosine;
+  throw ConfigError(str("unknown --lr-schedule '", text, "'; choices: constant, step, cosine"));
+}
+
+std::string to_string(LrScheduleKind kind) {
+  switch (kind) {
+    case LrScheduleKind::kConstant: return "constant";
+    case LrScheduleKind::kStep: return "step";
+    case LrScheduleKind::kCosine: return "cosine";
+  }
+  return "?";
+}
+
+void LrSchedule::validate() const {
+  if (warmup_steps < 0) throw ConfigError(str("--warmup-steps must be >= 0 (got ", warmup_steps, ")"));
+  if (kind == LrScheduleKind::kStep && decay_steps < 1)
+    throw ConfigError(str("--lr-decay-steps must be >= 1 for --lr-schedule step (got ", decay_steps, ")"));
+  if (kind == LrScheduleKind::kStep && !(decay_rate > 0.0 && decay_rate <= 1.0))
+    throw ConfigError(str("--lr-decay-rate must be in (0, 1] (got ", decay_rate, ")"));
+  if (kind == LrScheduleKind::kCosine && total_steps <= warmup_steps)
+    throw ConfigError(str("--lr-schedule cosine needs a total step count above --warmup-steps (",
+                          warmup_steps, "); got ", total_steps));
+  if (!(min_lr >= 0.0)) throw ConfigError(str("--min-lr must be >= 0 (got ", min_lr, ")"));
+}
+
+double LrSchedule::lr_at(double base_lr, std::int64_t step) const {
+  if (step < warmup_steps)
+    return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  const double s = static_cast<double>(step - warmup_steps);
+  switch (kind) {
+    case LrScheduleKind::kConstant:
+      return base_lr;
+    case LrScheduleKind::kStep:
+      return base_lr * std::pow(decay_rate, std::floor(s / static_cast<double>(decay_steps)));
+    case LrScheduleKind::kCosine: {
+      const double span = static_cast<double>(total_steps - warmup_steps);
+      const double progress = std::min(1.0, s / span);
+      return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+    }
+  }
+  return base_lr;
+}
+
+std::string LrSchedule::describe() const {
+  std::string out = to_string(kind);
+  if (kind == LrScheduleKind::kStep) out += str(" (x", decay_rate, " every ", decay_steps, " steps)");
+  if (kind == LrScheduleKind::kCosine) out += str(" (to ", min_lr, " at step ", total_steps, ")");
+  if (warmup_steps > 0) out += str(", linear warmup ", warmup_steps, " steps");
+  return out;
+}
+
+}  // namespace drt::optim

@@ -1,0 +1,72 @@
+#include "drtrain/optim/optimizer.hpp"
+
+#include <cmath>
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+#include "sgd.hpp"
+#include "adam.hpp"
+
+namespace drt::optim {
+
+OptimizerKind parse_optimizer(const std::string& text) {
+  if (text == "sgd") return OptimizerKind::kSgd;
+  if (text == "adam") return OptimizerKind::kAdam;
+  if (text == "adamw") return OptimizerKind::kAdamW;
+  throw ConfigError(str("unknown --optimizer '", text, "'; choices: sgd, adam, adamw"));
+}
+
+std::string to_string(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kAdamW: return "adamw";
+  }
+  return "?";
+}
+
+void OptimizerConfig::validate() const {
+  if (!(lr > 0.0) || !std::isfinite(lr)) throw ConfigError(str("--lr must be a positive number (got ", lr, ")"));
+  if (!(momentum >= 0.0 && momentum < 1.0)) throw ConfigError(str("--momentum must be in [0, 1) (got ", momentum, ")"));
+  if (nesterov && (kind != OptimizerKind::kSgd || momentum == 0.0))
+    throw ConfigError("--nesterov needs --optimizer sgd with --momentum above 0");
+  if (!(beta1 >= 0.0 && beta1 < 1.0) || !(beta2 >= 0.0 && beta2 < 1.0))
+    throw ConfigError(str("--beta1 and --beta2 must be in [0, 1) (got ", beta1, ", ", beta2, ")"));
+  if (!(eps > 0.0)) throw ConfigError(str("--eps must be positive (got ", eps, ")"));
+  if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay))
+    throw ConfigError(str("--weight-decay must be >= 0 (got ", weight_decay, ")"));
+  schedule.validate();
+}
+
+int OptimizerConfig::num_slots() const {
+  if (kind == OptimizerKind::kSgd) return momentum > 0.0 ? 1 : 0;
+  return 2;
+}
+
+std::string OptimizerConfig::describe() const {
+  std::string out = str(to_string(kind), " lr=", lr);
+  if (kind == OptimizerKind::kSgd && momentum > 0.0)
+    out += str(" momentum=", momentum, nesterov ? " (nesterov)" : "");
+  if (kind != OptimizerKind::kSgd) out += str(" betas=(", beta1, ", ", beta2, ") eps=", eps);
+  if (weight_decay > 0.0) out += str(" weight_decay=", weight_decay, kind == OptimizerKind::kAdamW ? " (decoupled)" : " (L2)");
+  return out + ", schedule " + schedule.describe();
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, std::size_t shard_size, std::vector<std::string> slots)
+    : config_(config), shard_size_(shard_size), slot_names_(std::move(slots)) {
+  for (std::size_t k = 0; k < slot_names_.size(); ++k) slots_.emplace_back(shard_size);
+}
+
+void Optimizer::begin_step(std::int64_t step) {
+  step_ = step;
+  lr_ = config_.schedule.lr_at(config_.lr, step);
+  on_begin_step();
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t shard_size) {
+  config.validate();
+  if (config.kind == OptimizerKind::kSgd) return std::make_unique<Sgd>(config, shard_size);
+  return std::make_unique<Adam>(config, shard_size);
+}
+
+}  // namespace drt::optim

@@ -1,0 +1,32 @@
+// ControlChannel (internal): the control window's int64 words (see shard_window.hpp), written
+// with MPI_Accumulate(MPI_REPLACE) and read with MPI_Get_accumulate(MPI_NO_OP), so every access
+// is atomic with respect to the others. It keeps one MPI_Win_lock_all epoch open for its
+// lifetime; every call completes (MPI_Win_flush) before it returns.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "drtrain/comm/window.hpp"
+#include "drtrain/ps/shard_window.hpp"
+
+namespace drt::ps {
+
+class ControlChannel {
+ public:
+  explicit ControlChannel(const ShardWindow& window);
+
+  // Sets each of `words` of PS `ps` to `value`.
+  void write(int ps, const std::vector<MPI_Aint>& words, std::int64_t value);
+  void write(int ps, MPI_Aint word, std::int64_t value) { write(ps, std::vector<MPI_Aint>{word}, value); }
+  // Reads `count` consecutive words starting at `word` of PS `ps` into `out`.
+  void read(int ps, MPI_Aint word, int count, std::int64_t* out);
+
+ private:
+  const ShardWindow& window_;
+  comm::PassiveEpoch epoch_;
+  std::int64_t value_ = 0;             // origin of the writes, alive until their flush
+  std::vector<std::int64_t> ignored_;  // origin buffer of MPI_NO_OP reads (never read)
+};
+
+}  // namespace drt::ps

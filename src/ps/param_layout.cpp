@@ -1,0 +1,38 @@
+#include "drtrain/ps/param_layout.hpp"
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+
+namespace drt::ps {
+
+std::string TensorSpec::shape_string() const {
+  std::vector<std::string> dims;
+  for (auto d : shape) dims.push_back(std::to_string(d));
+  return dims.empty() ? std::string("scalar") : join(dims, "x");
+}
+
+const TensorSpec& ParamLayout::add(const std::string& name, const std::vector<std::int64_t>& shape) {
+  if (name.empty() || find(name)) throw Error(str("parameter tensor name '", name, "' is empty or used twice"));
+  std::size_t numel = 1;
+  for (auto d : shape) {
+    if (d <= 0) throw Error(str("parameter tensor '", name, "' has a non-positive dimension"));
+    numel *= static_cast<std::size_t>(d);
+  }
+  tensors_.push_back(TensorSpec{name, shape, total_, numel});
+  total_ += numel;
+  return tensors_.back();
+}
+
+const TensorSpec* ParamLayout::find(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+std::string ParamLayout::to_text() const {
+  std::string out;
+  for (const auto& t : tensors_) out += str(t.name, " ", t.shape_string(), " @", t.offset, "\n");
+  return out;
+}
+
+}  // namespace drt::ps

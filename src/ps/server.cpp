@@ -1,0 +1,108 @@
+#include "drtrain/ps/server.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "drtrain/core/clock.hpp"
+#include "sync_protocol.hpp"
+
+namespace drt::ps {
+namespace {
+// Elements per inner apply step: the slot sum, gradients and parameters of one step stay in
+// L1/L2, so summing slots, updating and zeroing cost one pass over memory.
+constexpr std::size_t kApplyBlock = 4096;
+}  // namespace
+
+std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool deterministic,
+                            const optim::OptimizerConfig& optimizer) {
+  const std::size_t grad_copies = deterministic ? static_cast<std::size_t>(num_workers) : 1;
+  return 4 * shard_size * (1 + grad_copies + static_cast<std::size_t>(optimizer.num_slots()));
+}
+
+ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& plan,
+                                 const ExchangeConfig& config, const optim::OptimizerConfig& optimizer,
+                                 std::int64_t first_step)
+    : topo_(topo),
+      config_(config),
+      range_(plan.shard(topo.role_index())),
+      first_step_(first_step),
+      window_(topo, plan, config),
+      sync_(make_sync_protocol(topo, window_, config)),
+      optimizer_(optim::make_optimizer(optimizer, range_.size())),
+      slot_sum_(config.deterministic && topo.num_workers() > 1 ? kApplyBlock : 0) {}
+
+ParameterServer::~ParameterServer() = default;
+
+const ShardLayout& ParameterServer::layout() const { return window_.layout(topo_.role_index()); }
+
+float* ParameterServer::params() { return window_.local(layout().params(0)); }
+
+void ParameterServer::start() {
+  sync_->start();
+  std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
+  for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
+  sync_->publish(all, 1);
+}
+
+std::int64_t ParameterServer::serve(const StepHook& after_step) {
+  const int blocks = layout().num_blocks();
+  std::vector<bool> applied;
+  std::vector<int> ready;
+  for (;;) {
+    const std::int64_t pushes = stats_.steps + 1;
+    applied.assign(static_cast<std::size_t>(blocks), false);
+    optimizer_->begin_step(global_step());
+    for (int remaining = blocks; remaining > 0;) {
+      ready.clear();
+      const double t0 = now_seconds();
+      if (!sync_->await_blocks(pushes, applied, ready)) return stats_.steps;
+      const double t1 = now_seconds();
+      for (int b : ready) {
+        apply_block(b);
+        applied[static_cast<std::size_t>(b)] = true;
+      }
+      remaining -= static_cast<int>(ready.size());
+      const double t2 = now_seconds();
+      sync_->publish(ready, pushes + 1);
+      stats_.wait_s += t1 - t0;
+      stats_.apply_s += t2 - t1;
+      stats_.publish_s += now_seconds() - t2;
+    }
+    ++stats_.steps;
+    if (after_step) after_step(global_step());
+  }
+}
+
+void ParameterServer::apply_block(int block) {
+  const ShardLayout& geometry = layout();
+  const int workers = topo_.num_workers();
+  const float scale = 1.0f / static_cast<float>(workers);
+  const bool sum_slots = config_.deterministic && workers > 1;
+  const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
+  float* params = window_.local(geometry.params(begin));
+  float* grads = window_.local(geometry.grad(0, begin));  // the sum, or worker 0's slot
+  for (std::size_t b = 0; b < size; b += kApplyBlock) {
+    const std::size_t n = std::min(kApplyBlock, size - b);
+    const float* grad = grads + b;
+    if (sum_slots) {
+      // Fixed order ((g0 + g1) + g2) + ...: bitwise the same whatever order pushes arrived in.
+      float* sum = slot_sum_.data();
+      std::memcpy(sum, grad, n * sizeof(float));
+      for (int w = 1; w < workers; ++w) {
+        const float* slot = window_.local(geometry.grad(w, begin)) + b;
+        for (std::size_t i = 0; i < n; ++i) sum[i] += slot[i];
+      }
+      grad = sum;
+    }
+    optimizer_->update(begin + b, n, params + b, grad, scale);
+    if (!config_.deterministic) std::memset(grads + b, 0, n * sizeof(float));
+  }
+}
+
+std::size_t ParameterServer::memory_bytes() const {
+  return ps_memory_bytes(range_.size(), topo_.num_workers(), config_.deterministic,
+                         optimizer_->config());
+}
+
+}  // namespace drt::ps

@@ -1,0 +1,93 @@
+#include "drtrain/ps/shard_window.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+
+namespace drt::ps {
+namespace {
+
+constexpr int kMaxStripes = 8;
+
+std::size_t align64(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+comm::Window allocate_zeroed(std::size_t bytes, const comm::Comm& world) {
+  comm::Window window = comm::Window::allocate(bytes, world);
+  // MPI_Win_allocate does not clear memory. No peer touches it before the first
+  // synchronisation of the protocol (SyncProtocol::start), which orders this memset first.
+  if (bytes > 0) std::memset(window.base(), 0, bytes);
+  return window;
+}
+
+}  // namespace
+
+ShardLayout::ShardLayout(std::size_t shard_size, std::size_t block_elems, int num_workers, int stripes,
+                         bool per_worker_slots, bool single_data_window)
+    : shard_size_(shard_size),
+      block_elems_(std::max<std::size_t>(1, std::min(block_elems, shard_size))),
+      num_workers_(num_workers),
+      stripes_(stripes),
+      num_blocks_(static_cast<int>(std::max<std::size_t>(1, (shard_size + block_elems_ - 1) / block_elems_))),
+      slots_(per_worker_slots),
+      single_(single_data_window),
+      grads_offset_(static_cast<MPI_Aint>(align64(4 * shard_size))) {
+  DRT_ASSERT(stripes_ >= 1 && (!single_ || stripes_ == 1) && (!slots_ || stripes_ == 1), "stripe layout");
+}
+
+std::size_t ShardLayout::block_begin(int b) const { return std::min(shard_size_, static_cast<std::size_t>(b) * block_elems_); }
+
+std::size_t ShardLayout::block_size(int b) const {
+  return std::min(shard_size_, block_begin(b) + block_elems_) - block_begin(b);
+}
+
+WindowSpot ShardLayout::params(std::size_t element) const { return {0, static_cast<MPI_Aint>(4 * element)}; }
+
+WindowSpot ShardLayout::grad(int worker, std::size_t element) const {
+  if (slots_) {
+    const std::size_t at = 4 * (static_cast<std::size_t>(worker) * shard_size_ + element);
+    return single_ ? WindowSpot{0, grads_offset_ + static_cast<MPI_Aint>(at)} : WindowSpot{1, static_cast<MPI_Aint>(at)};
+  }
+  if (single_) return {0, grads_offset_ + static_cast<MPI_Aint>(4 * element)};
+  // Stripe s holds blocks s, s + K, s + 2K, ... back to back.
+  const auto block = static_cast<std::size_t>(block_of(element));
+  const std::size_t row = block / static_cast<std::size_t>(stripes_);
+  return {1 + static_cast<int>(block % static_cast<std::size_t>(stripes_)),
+          static_cast<MPI_Aint>(4 * (row * block_elems_ + element - block * block_elems_))};
+}
+
+std::size_t ShardLayout::data_window_bytes(int window) const {
+  const std::size_t grad_floats = shard_size_ * (slots_ ? static_cast<std::size_t>(num_workers_) : 1);
+  if (single_) return static_cast<std::size_t>(grads_offset_) + 4 * grad_floats;
+  if (window == 0) return 4 * shard_size_;
+  if (slots_) return 4 * grad_floats;
+  std::size_t floats = 0;  // the blocks of this stripe
+  for (int b = window - 1; b < num_blocks_; b += stripes_) floats += block_size(b);
+  return 4 * floats;
+}
+
+ShardWindow::ShardWindow(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config)
+    : ps_ranks_(topo.ps_world_ranks()) {
+  DRT_ASSERT(plan.num_shards() == topo.num_ps(),
+             str("shard plan has ", plan.num_shards(), " shards for ", topo.num_ps(), " PS"));
+  const bool fence = config.sync == RmaSync::kFence;
+  const int stripes = fence || config.deterministic ? 1 : std::min(topo.num_workers(), kMaxStripes);
+  const std::size_t chunk = config.chunk_bytes / sizeof(float);
+  for (int p = 0; p < plan.num_shards(); ++p) {
+    const std::size_t size = plan.shard(p).size();
+    layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, config.deterministic, fence);
+  }
+  if (topo.is_ps()) my_ps_ = topo.role_index();
+  const int windows = fence ? 1 : 1 + stripes;
+  for (int w = 0; w < windows; ++w)
+    data_.push_back(allocate_zeroed(my_ps_ >= 0 ? layout(my_ps_).data_window_bytes(w) : 0, topo.world()));
+  control_ = allocate_zeroed(my_ps_ >= 0 ? 8 * layout(my_ps_).control_words() : 0, topo.world());
+}
+
+float* ShardWindow::local(WindowSpot spot) {
+  DRT_ASSERT(my_ps_ >= 0, "only a PS has shard memory");
+  return reinterpret_cast<float*>(static_cast<char*>(data_[static_cast<std::size_t>(spot.window)].base()) + spot.disp);
+}
+
+}  // namespace drt::ps

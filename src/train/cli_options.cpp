@@ -1,0 +1,75 @@
+#include "drtrain/train/cli_options.hpp"
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+
+namespace drt::train {
+
+po::options_description layout_options(LayoutOptions& out) {
+  po::options_description d("Layout");
+  d.add_options()
+      ("num-ps", po::value<int>(&out.num_ps)->default_value(out.num_ps),
+       "parameter-server ranks; the other ranks are workers")
+      ("ps-placement", po::value<std::string>()->default_value(comm::to_string(out.placement))
+           ->notifier([&out](const std::string& s) { out.placement = comm::parse_placement(s); }),
+       "which ranks are PS: first (ranks 0..P-1) | per-node (one per node, co-located)");
+  return d;
+}
+
+po::options_description exchange_options(ps::ExchangeConfig& out) {
+  po::options_description d("Exchange");
+  d.add_options()
+      ("rma-sync", po::value<std::string>()->default_value(ps::to_string(out.sync))
+           ->notifier([&out](const std::string& s) { out.sync = ps::parse_rma_sync(s); }),
+       "RMA synchronisation: passive (lock_all + flush + arrival/version words) | fence")
+      ("deterministic", po::bool_switch(&out.deterministic),
+       "per-worker gradient slots summed in worker order: bitwise reproducible; W x gradient "
+       "memory on each PS")
+      ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
+           ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
+       "largest single MPI_Accumulate/Put/Get, KiB")
+      ("hang-timeout", po::value<double>(&out.hang_timeout_s)->default_value(out.hang_timeout_s),
+       "seconds a rank waits for a peer before it reports the peer and aborts the job");
+  return d;
+}
+
+po::options_description optimizer_options(optim::OptimizerConfig& out) {
+  po::options_description d("Optimizer (applied by the PS to its shard)");
+  d.add_options()
+      ("optimizer", po::value<std::string>()->default_value(optim::to_string(out.kind))
+           ->notifier([&out](const std::string& s) { out.kind = optim::parse_optimizer(s); }),
+       "sgd | adam | adamw")
+      ("lr", po::value<double>(&out.lr)->default_value(out.lr), "base learning rate")
+      ("momentum", po::value<double>(&out.momentum)->default_value(out.momentum), "sgd momentum (0: plain SGD)")
+      ("nesterov", po::bool_switch(&out.nesterov), "Nesterov momentum (sgd)")
+      ("beta1", po::value<double>(&out.beta1)->default_value(out.beta1), "adam/adamw beta1")
+      ("beta2", po::value<double>(&out.beta2)->default_value(out.beta2), "adam/adamw beta2")
+      ("eps", po::value<double>(&out.eps)->default_value(out.eps), "adam/adamw epsilon")
+      ("weight-decay", po::value<double>(&out.weight_decay)->default_value(out.weight_decay),
+       "L2 (sgd, adam) or decoupled (adamw) weight decay")
+      ("lr-schedule", po::value<std::string>()->default_value(optim::to_string(out.schedule.kind))
+           ->notifier([&out](const std::string& s) { out.schedule.kind = optim::parse_lr_schedule(s); }),
+       "constant | step | cosine")
+      ("warmup-steps", po::value<std::int64_t>(&out.schedule.warmup_steps)->default_value(out.schedule.warmup_steps),
+       "linear warmup steps")
+      ("lr-decay-steps", po::value<std::int64_t>(&out.schedule.decay_steps)->default_value(out.schedule.decay_steps),
+       "step schedule: decay every N steps")
+      ("lr-decay-rate", po::value<double>(&out.schedule.decay_rate)->default_value(out.schedule.decay_rate),
+       "step schedule: multiply the lr by this")
+      ("min-lr", po::value<double>(&out.schedule.min_lr)->default_value(out.schedule.min_lr),
+       "cosine schedule: final learning rate");
+  return d;
+}
+
+po::variables_map parse_command_line(int argc, char** argv, const po::options_description& desc) {
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(str(e.what(), "; see --help"));
+  }
+  return vm;
+}
+
+}  // namespace drt::train

@@ -1,0 +1,72 @@
+// Float64 reference implementations of the learning-rate schedules and optimizers, written
+// straight from the torch.optim documentation (not from src/optim), for checking drtrain's
+// float32 versions.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "drtrain/optim/optimizer.hpp"
+
+namespace drt::testing {
+
+inline double reference_lr(const optim::OptimizerConfig& c, std::int64_t step) {
+  const auto& s = c.schedule;
+  if (step < s.warmup_steps) return c.lr * double(step + 1) / double(s.warmup_steps);
+  const std::int64_t k = step - s.warmup_steps;
+  switch (s.kind) {
+    case optim::LrScheduleKind::kConstant:
+      return c.lr;
+    case optim::LrScheduleKind::kStep: {
+      double lr = c.lr;
+      for (std::int64_t i = 0; i < k / s.decay_steps; ++i) lr *= s.decay_rate;
+      return lr;
+    }
+    case optim::LrScheduleKind::kCosine: {
+      const double t = std::min<double>(1.0, double(k) / double(s.total_steps - s.warmup_steps));
+      return s.min_lr + (c.lr - s.min_lr) * (1.0 + std::cos(3.14159265358979323846 * t)) / 2.0;
+    }
+  }
+  return c.lr;
+}
+
+// One parameter vector and its optimizer state, stepped with mean gradients in float64.
+class ReferenceOptimizer {
+ public:
+  ReferenceOptimizer(const optim::OptimizerConfig& config, std::vector<double> params)
+      : c_(config), p_(std::move(params)), a_(p_.size(), 0.0), b_(p_.size(), 0.0) {}
+
+  void step(const std::vector<double>& grad) {
+    const double lr = reference_lr(c_, t_);
+    ++t_;
+    for (std::size_t i = 0; i < p_.size(); ++i) {
+      double g = grad[i];
+      if (c_.kind == optim::OptimizerKind::kSgd) {
+        g += c_.weight_decay * p_[i];
+        if (c_.momentum > 0.0) {
+          a_[i] = t_ == 1 ? g : c_.momentum * a_[i] + g;  // torch: the buffer starts as g
+          g = c_.nesterov ? g + c_.momentum * a_[i] : a_[i];
+        }
+        p_[i] -= lr * g;
+      } else {
+        if (c_.kind == optim::OptimizerKind::kAdamW) p_[i] *= 1.0 - lr * c_.weight_decay;
+        else g += c_.weight_decay * p_[i];
+        a_[i] = c_.beta1 * a_[i] + (1.0 - c_.beta1) * g;
+        b_[i] = c_.beta2 * b_[i] + (1.0 - c_.beta2) * g * g;
+        const double m_hat = a_[i] / (1.0 - std::pow(c_.beta1, double(t_)));
+        const double v_hat = b_[i] / (1.0 - std::pow(c_.beta2, double(t_)));
+        p_[i] -= lr * m_hat / (std::sqrt(v_hat) + c_.eps);
+      }
+    }
+  }
+
+  const std::vector<double>& params() const { return p_; }
+
+ private:
+  optim::OptimizerConfig c_;
+  std::vector<double> p_, a_, b_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace drt::testing

@@ -1,0 +1,134 @@
+// Every optimizer and LR schedule against the float64 reference (tests/support), over many
+// steps, with and without weight decay; block-wise application equals whole-shard application.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/optim/optimizer.hpp"
+#include "support/reference_optimizer.hpp"
+
+namespace drt::optim {
+namespace {
+
+constexpr std::size_t kSize = 1031;  // odd, not a multiple of any vector width
+constexpr int kSteps = 40;
+
+std::vector<float> random_floats(std::size_t n, std::uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Runs `config` on float32 (drtrain) and float64 (reference) and returns the largest relative
+// difference of the parameters, relative to max(|reference|, 1e-2).
+double max_relative_error(const OptimizerConfig& config, float grad_scale = 0.5f) {
+  std::vector<float> params = random_floats(kSize, 1, 1.0f);
+  testing::ReferenceOptimizer reference(config, std::vector<double>(params.begin(), params.end()));
+  auto optimizer = make_optimizer(config, kSize);
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<float> grad = random_floats(kSize, 100 + static_cast<std::uint64_t>(step), 1.0f);
+    optimizer->begin_step(step);
+    EXPECT_NEAR(optimizer->current_lr(), testing::reference_lr(config, step), 1e-12 * config.lr);
+    optimizer->update(0, kSize, params.data(), grad.data(), grad_scale);
+    std::vector<double> mean(kSize);
+    for (std::size_t i = 0; i < kSize; ++i) mean[i] = double(grad[i]) * grad_scale;
+    reference.step(mean);
+  }
+  double worst = 0.0;
+  for (std::size_t i = 0; i < kSize; ++i) {
+    const double ref = reference.params()[i];
+    worst = std::max(worst, std::abs(params[i] - ref) / std::max(std::abs(ref), 1e-2));
+  }
+  return worst;
+}
+
+struct Case {
+  const char* name;
+  OptimizerKind kind;
+  double momentum;
+  bool nesterov;
+  double weight_decay;
+  LrScheduleKind schedule;
+  int warmup;
+};
+
+class OptimizerVsReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(OptimizerVsReference, MatchesFloat64) {
+  const Case& c = GetParam();
+  OptimizerConfig config;
+  config.kind = c.kind;
+  config.lr = c.kind == OptimizerKind::kSgd ? 0.05 : 0.01;
+  config.momentum = c.momentum;
+  config.nesterov = c.nesterov;
+  config.weight_decay = c.weight_decay;
+  config.schedule.kind = c.schedule;
+  config.schedule.warmup_steps = c.warmup;
+  config.schedule.decay_steps = 7;
+  config.schedule.decay_rate = 0.5;
+  config.schedule.total_steps = kSteps - 5;  // reaches min_lr before the end
+  config.schedule.min_lr = 0.001;
+  EXPECT_LT(max_relative_error(config), 2e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, OptimizerVsReference,
+    ::testing::Values(
+        Case{"sgd", OptimizerKind::kSgd, 0.0, false, 0.0, LrScheduleKind::kConstant, 0},
+        Case{"sgd_wd_step", OptimizerKind::kSgd, 0.0, false, 0.01, LrScheduleKind::kStep, 0},
+        Case{"momentum", OptimizerKind::kSgd, 0.9, false, 0.0, LrScheduleKind::kConstant, 0},
+        Case{"momentum_wd_cosine", OptimizerKind::kSgd, 0.9, false, 5e-4, LrScheduleKind::kCosine, 5},
+        Case{"nesterov", OptimizerKind::kSgd, 0.9, true, 0.0, LrScheduleKind::kStep, 3},
+        Case{"nesterov_wd", OptimizerKind::kSgd, 0.8, true, 1e-3, LrScheduleKind::kConstant, 4},
+        Case{"adam", OptimizerKind::kAdam, 0.0, false, 0.0, LrScheduleKind::kConstant, 0},
+        Case{"adam_l2_cosine", OptimizerKind::kAdam, 0.0, false, 0.01, LrScheduleKind::kCosine, 5},
+        Case{"adamw", OptimizerKind::kAdamW, 0.0, false, 0.05, LrScheduleKind::kConstant, 0},
+        Case{"adamw_step_warmup", OptimizerKind::kAdamW, 0.0, false, 0.01, LrScheduleKind::kStep, 6}),
+    [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
+
+TEST(Optimizer, BlockwiseUpdateEqualsWholeShard) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    OptimizerConfig config;
+    config.kind = kind;
+    config.weight_decay = 0.01;
+    auto whole = make_optimizer(config, kSize), blocks = make_optimizer(config, kSize);
+    std::vector<float> a = random_floats(kSize, 3, 1.0f), b = a;
+    for (int step = 0; step < 5; ++step) {
+      const std::vector<float> grad = random_floats(kSize, 50 + static_cast<std::uint64_t>(step), 1.0f);
+      whole->begin_step(step);
+      blocks->begin_step(step);
+      whole->update(0, kSize, a.data(), grad.data(), 0.25f);
+      // Blocks in reverse order, of uneven sizes.
+      const std::size_t cuts[] = {0, 1, 100, 517, 1000, kSize};
+      for (int k = 4; k >= 0; --k)
+        blocks->update(cuts[k], cuts[k + 1] - cuts[k], b.data() + cuts[k], grad.data() + cuts[k], 0.25f);
+    }
+    EXPECT_EQ(a, b) << to_string(kind);
+  }
+}
+
+TEST(Optimizer, SlotsAndValidation) {
+  OptimizerConfig config;
+  config.momentum = 0.0;
+  EXPECT_EQ(config.num_slots(), 0);
+  EXPECT_TRUE(make_optimizer(config, 4)->slot_names().empty());
+  config.momentum = 0.9;
+  EXPECT_EQ(make_optimizer(config, 4)->slot_names(), std::vector<std::string>{"momentum"});
+  config.kind = OptimizerKind::kAdam;
+  EXPECT_EQ(make_optimizer(config, 4)->slot_names(), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  config.lr = -1.0;
+  EXPECT_THROW(make_optimizer(config, 4), ConfigError);
+  config.lr = 0.1;
+  config.schedule.kind = LrScheduleKind::kCosine;
+  config.schedule.total_steps = 0;
+  EXPECT_THROW(make_optimizer(config, 4), ConfigError);
+  EXPECT_THROW(parse_optimizer("lbfgs"), ConfigError);
+  EXPECT_THROW(parse_lr_schedule("exponential"), ConfigError);
+}
+
+}  // namespace
+}  // namespace drt::optim
