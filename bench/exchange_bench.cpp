@@ -5,12 +5,16 @@
 //     written (3G), the pull reads and writes G (2G); the PS reads the sum and the parameters,
 //     writes the parameters and zeroes the sum (4G)
 //   MPI_Allreduce of G bytes among the workers: what an allreduce trainer moves per step
-//   the drtrain exchange, for each sync scheme and for deterministic mode
+//   the drtrain exchange, for each sync scheme and gradient push (--schemes):
+//     passive (accumulate), ordered (passive + --grad-push ordered), fence (accumulate),
+//     passive-det and fence-det (--deterministic: per-worker slots)
 // Each exchange is validated (exact result of one SGD step) before it is timed. A timing is the
 // slowest worker's time for one step, after a worker barrier; the table shows the median over
 // --iters steps. Ends with one JSON line.
 //
 //   mpiexec -n 3 build/bin/drt_bench_exchange --num-ps 1 --sizes-mib 64,256
+#include <time.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,7 +44,7 @@ namespace po = boost::program_options;
 struct Scheme {
   std::string name;
   ps::RmaSync sync;
-  bool deterministic;
+  ps::GradPush push;
 };
 
 struct Options {
@@ -50,13 +54,17 @@ struct Options {
   std::vector<Scheme> schemes;
   int iters = 10;
   int warmup = 2;
+  bool phases = false;
+  bool spinning_bystanders = false;
 };
 
 const std::vector<Scheme>& all_schemes() {
-  static const std::vector<Scheme> schemes = {{"passive", ps::RmaSync::kPassive, false},
-                                              {"fence", ps::RmaSync::kFence, false},
-                                              {"passive-det", ps::RmaSync::kPassive, true},
-                                              {"fence-det", ps::RmaSync::kFence, true}};
+  using ps::GradPush, ps::RmaSync;
+  static const std::vector<Scheme> schemes = {{"passive", RmaSync::kPassive, GradPush::kAccumulate},
+                                              {"ordered", RmaSync::kPassive, GradPush::kOrdered},
+                                              {"fence", RmaSync::kFence, GradPush::kAccumulate},
+                                              {"passive-det", RmaSync::kPassive, GradPush::kSlots},
+                                              {"fence-det", RmaSync::kFence, GradPush::kSlots}};
   return schemes;
 }
 
@@ -70,13 +78,17 @@ std::vector<std::string> split_list(const std::string& text) {
 
 std::optional<Options> parse(int argc, char** argv, bool print) {
   Options o;
-  std::string sizes = "1,4,16,64,256", schemes = "passive,fence,passive-det,fence-det";
+  std::string sizes = "1,4,16,64,256", schemes = "passive,ordered,fence,passive-det,fence-det";
   po::options_description bench("Benchmark");
   bench.add_options()("help", "show this help")
       ("sizes-mib", po::value<std::string>(&sizes)->default_value(sizes), "gradient sizes, MiB, comma-separated")
       ("schemes", po::value<std::string>(&schemes)->default_value(schemes), "exchange variants to time")
       ("iters", po::value<int>(&o.iters)->default_value(o.iters), "timed steps per measurement")
-      ("warmup", po::value<int>(&o.warmup)->default_value(o.warmup), "untimed steps first");
+      ("warmup", po::value<int>(&o.warmup)->default_value(o.warmup), "untimed steps first")
+      ("phases", po::bool_switch(&o.phases), "print where each scheme's step time goes")
+      ("spinning-bystanders", po::bool_switch(&o.spinning_bystanders),
+       "during the allreduce, PS ranks wait in a spinning MPI_Barrier instead of sleeping (shows how "
+       "idle ranks that spin slow the allreduce down on an oversubscribed node; not a fair baseline)");
   po::options_description all("drt_bench_exchange: time the PS exchange against memcpy and MPI_Allreduce");
   all.add(bench).add(train::layout_options(o.layout)).add(train::exchange_options(o.exchange));
   const auto vm = train::parse_command_line(argc, argv, all);
@@ -94,12 +106,18 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
     const auto& known = all_schemes();
     auto it = std::find_if(known.begin(), known.end(), [&](const Scheme& s) { return s.name == name; });
     if (it == known.end())
-      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, fence, passive-det, fence-det"));
+      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, ordered, fence, passive-det, fence-det"));
     o.schemes.push_back(*it);
   }
   if (o.iters < 1 || o.warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
   o.exchange.validate();
   return o;
+}
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -149,6 +167,14 @@ MemoryRates measure_memory(std::size_t floats, int iters) {
   return {median(copy), median(add)};
 }
 
+// Plain SGD with learning rate 1: the step that the floor counts, and exact to validate.
+optim::OptimizerConfig plain_sgd() {
+  optim::OptimizerConfig sgd;
+  sgd.lr = 1.0;
+  sgd.momentum = 0.0;
+  return sgd;
+}
+
 // The exact parameters after one SGD step (lr 1) from zero, with gradient (w + 1) * (1 + i % 5)
 // on worker w: the sum W(W+1)/2 * k is an integer, scaled by 1/W as the PS does.
 float expected_after_one_step(int workers, std::size_t i) {
@@ -160,15 +186,20 @@ float expected_after_one_step(int workers, std::size_t i) {
 double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& scheme, std::size_t floats) {
   ps::ExchangeConfig config = o.exchange;
   config.sync = scheme.sync;
-  config.deterministic = scheme.deterministic;
+  config.push = scheme.push;
   const ps::ShardPlan plan = ps::ShardPlan::balanced(floats, topo.num_ps());
-  optim::OptimizerConfig sgd;
-  sgd.lr = 1.0;
-  sgd.momentum = 0.0;
   if (topo.is_ps()) {
-    ps::ParameterServer server(topo, plan, config, sgd);
+    ps::ParameterServer server(topo, plan, config, plain_sgd());
     server.start();
-    server.serve();
+    const double cpu0 = cpu_seconds();
+    const auto steps = static_cast<double>(server.serve());
+    const double cpu = cpu_seconds() - cpu0;
+    if (o.phases) {
+      const ps::ServerStats& st = server.stats();
+      std::fprintf(stderr, "    %-11s %3zu MiB %s: wait %.2f ms, apply %.2f ms, publish %.2f ms, cpu %.2f ms per step\n",
+                   scheme.name.c_str(), floats / 262144, topo.my_name().c_str(), 1e3 * st.wait_s / steps,
+                   1e3 * st.apply_s / steps, 1e3 * st.publish_s / steps, 1e3 * cpu / steps);
+    }
     return 0.0;
   }
   ps::WorkerExchange exchange(topo, plan, config);
@@ -187,8 +218,18 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
     exchange.finish();
     throw Error(str("validation of ", scheme.name, " failed", bad < floats ? str(" at element ", bad) : std::string()));
   }
+  exchange.take_times();
+  const double cpu0 = cpu_seconds();
   const double t = time_steps(topo.role_comm(), o.warmup, o.iters, [&] { exchange.step(grad.data(), params.data()); });
+  const ps::ExchangeTimes times = exchange.take_times();
+  const double cpu = cpu_seconds() - cpu0;
   exchange.finish();
+  if (o.phases) {
+    const int steps = o.warmup + o.iters;
+    std::fprintf(stderr, "    %-11s %3zu MiB %s: push %.2f ms, wait %.2f ms, pull %.2f ms, cpu %.2f ms per step\n",
+                 scheme.name.c_str(), floats / 262144, topo.my_name().c_str(), 1e3 * times.push_s / steps,
+                 1e3 * times.wait_s / steps, 1e3 * times.pull_s / steps, 1e3 * cpu / o.iters);
+  }
   return t;
 }
 
@@ -222,7 +263,10 @@ Row measure_size(const comm::Topology& topo, const Options& o, std::size_t mib) 
                                   topo.role_comm().get()));
     });
   }
-  comm::sleepy_barrier(world, timeout, nap, "the allreduce measurement");
+  if (o.spinning_bystanders)
+    world.barrier();
+  else
+    comm::sleepy_barrier(world, timeout, nap, "the allreduce measurement");
   for (const Scheme& s : o.schemes) row.exchange_ms[s.name] = 1e3 * run_scheme(topo, o, s, floats);
   return row;
 }
@@ -273,9 +317,14 @@ int bench_main(comm::MpiSession& session, int argc, char** argv) {
   if (!options) return 0;
   const Options& o = *options;
   const comm::Topology topo = comm::Topology::create(o.layout.num_ps, o.layout.placement);
-  if (topo.world_rank() == 0)
+  if (topo.world_rank() == 0) {
     std::printf("drt_bench_exchange: %s\n%s; %d timed steps after %d warm-up\n", topo.describe().c_str(),
                 o.exchange.describe().c_str(), o.iters, o.warmup);
+    const std::size_t largest = *std::max_element(o.sizes_mib.begin(), o.sizes_mib.end()) << 18;
+    std::printf("at %zu MiB, plain SGD: %s\n", largest >> 18,
+                ps::describe_ps_memory(ps::ShardPlan::balanced(largest, topo.num_ps()), topo.num_workers(), o.exchange,
+                                       plain_sgd()).c_str());
+  }
   std::vector<Row> rows;
   for (std::size_t mib : o.sizes_mib) {
     Row row = measure_size(topo, o, mib);

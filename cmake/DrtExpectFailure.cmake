@@ -1,6 +1,7 @@
 # cmake -DREGEX=<re> -DEXPECT_COUNT=<n> -P DrtExpectFailure.cmake -- <command> [args...]
 # Passes when the command exits non-zero and its output (stdout + stderr) has exactly
-# EXPECT_COUNT lines matching REGEX. Used for "bad input fails cleanly" tests.
+# EXPECT_COUNT lines matching REGEX (';' in the output reads as ','). Used for "bad input fails
+# cleanly" tests.
 set(cmd "")
 set(collect FALSE)
 math(EXPR last "${CMAKE_ARGC} - 1")
@@ -16,7 +17,8 @@ message("${out}")
 if(rc EQUAL 0)
   message(FATAL_ERROR "expected a failure, but the command exited 0")
 endif()
-string(REGEX MATCHALL "[^\n]*${REGEX}[^\n]*" hits "${out}")
+string(REPLACE ";" "," text "${out}")  # a ';' would split the list of matches
+string(REGEX MATCHALL "[^\n]*${REGEX}[^\n]*" hits "${text}")
 list(LENGTH hits count)
 if(NOT count EQUAL EXPECT_COUNT)
   message(FATAL_ERROR "expected ${EXPECT_COUNT} line(s) matching '${REGEX}', found ${count}")

@@ -33,6 +33,10 @@ class FenceSync final : public SyncProtocol {
 
   void start() override { fence(kCloseWrites); }
 
+  void await_predecessor(int, int, std::int64_t) override {
+    throw Error("--grad-push ordered needs --rma-sync passive");
+  }
+
   void block_pushed(int, int, std::int64_t) override {}
 
   void complete_push(std::int64_t pushes) override {
@@ -44,6 +48,11 @@ class FenceSync final : public SyncProtocol {
     if (pull_epoch_open_) return;  // one F2 serves every block of every PS
     fence(kOpenReads);
     pull_epoch_open_ = true;
+  }
+
+  bool block_published(int ps, int block, std::int64_t version, bool) override {
+    await_block(ps, block, version);
+    return true;
   }
 
   void complete_pull() override {

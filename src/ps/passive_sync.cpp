@@ -44,6 +44,19 @@ class PassiveSync final : public SyncProtocol {
     if (topo_.is_ps()) sync_local_memory();
   }
 
+  void await_predecessor(int ps, int block, std::int64_t pushes) override {
+    const int before = topo_.role_index() - 1;
+    const MPI_Aint word = window_.layout(ps).pushed_word(before, block);
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    std::int64_t seen = 0;
+    for (control_.read(ps, word, 1, &seen); seen < pushes; control_.read(ps, word, 1, &seen))
+      if (!waiter.pause())
+        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                            " s for ", topo_.worker_name(before), " to push block ", block, " of ", topo_.ps_name(ps),
+                            " for step ", pushes - 1, " (--grad-push ordered); that worker is dead, stopped or "
+                            "stuck (raise --hang-timeout if it is only slow)"));
+  }
+
   void block_pushed(int ps, int block, std::int64_t pushes) override {
     const ShardLayout& layout = window_.layout(ps);
     const int me = topo_.role_index();
@@ -54,17 +67,22 @@ class PassiveSync final : public SyncProtocol {
 
   void complete_push(std::int64_t /*pushes*/) override {}  // every block was announced already
 
-  void await_block(int ps, int block, std::int64_t version) override {
+  bool block_published(int ps, int block, std::int64_t version, bool refresh) override {
     std::vector<std::int64_t>& seen = versions_[static_cast<std::size_t>(ps)];
-    if (seen[static_cast<std::size_t>(block)] >= version) return;
+    if (seen[static_cast<std::size_t>(block)] >= version) return true;
+    if (refresh) control_.read(ps, window_.layout(ps).version_word(0), static_cast<int>(seen.size()), seen.data());
+    return seen[static_cast<std::size_t>(block)] >= version;
+  }
+
+  void await_block(int ps, int block, std::int64_t version) override {
+    if (block_published(ps, block, version, false)) return;
     comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
-    for (;;) {
-      control_.read(ps, window_.layout(ps).version_word(0), static_cast<int>(seen.size()), seen.data());
-      if (seen[static_cast<std::size_t>(block)] >= version) return;
+    while (!block_published(ps, block, version, true)) {
+      const std::int64_t seen = versions_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)];
       if (!waiter.pause())
         throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
                             " s for ", topo_.ps_name(ps), " to publish block ", block, " of step ", version - 2,
-                            " (it has published ", seen[static_cast<std::size_t>(block)], " version(s) of it); "
+                            " (it has published ", seen, " version(s) of it); "
                             "that PS, or a worker it waits for, is dead, stopped or stuck (raise "
                             "--hang-timeout if it is only slow)"));
     }

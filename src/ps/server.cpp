@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "drtrain/core/clock.hpp"
+#include "drtrain/core/strings.hpp"
 #include "sync_protocol.hpp"
 
 namespace drt::ps {
@@ -14,10 +15,21 @@ namespace {
 constexpr std::size_t kApplyBlock = 4096;
 }  // namespace
 
-std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool deterministic,
+std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool per_worker_slots,
                             const optim::OptimizerConfig& optimizer) {
-  const std::size_t grad_copies = deterministic ? static_cast<std::size_t>(num_workers) : 1;
+  const std::size_t grad_copies = per_worker_slots ? static_cast<std::size_t>(num_workers) : 1;
   return 4 * shard_size * (1 + grad_copies + static_cast<std::size_t>(optimizer.num_slots()));
+}
+
+std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const ExchangeConfig& config,
+                               const optim::OptimizerConfig& optimizer) {
+  std::string out = str("PS memory (params + ", config.per_worker_slots() ? str(num_workers, " gradient slots") : std::string("gradient sum"),
+                        " + ", optimizer.num_slots(), " optimizer slot(s)):");
+  for (int p = 0; p < plan.num_shards(); ++p)
+    out += str(" PS ", p, " ", human_bytes(static_cast<double>(
+                                   ps_memory_bytes(plan.shard(p).size(), num_workers, config.per_worker_slots(), optimizer))),
+               p + 1 < plan.num_shards() ? "," : "");
+  return out;
 }
 
 ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& plan,
@@ -30,7 +42,7 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       window_(topo, plan, config),
       sync_(make_sync_protocol(topo, window_, config)),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
-      slot_sum_(config.deterministic && topo.num_workers() > 1 ? kApplyBlock : 0) {}
+      slot_sum_(config.per_worker_slots() && topo.num_workers() > 1 ? kApplyBlock : 0) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -78,7 +90,9 @@ void ParameterServer::apply_block(int block) {
   const ShardLayout& geometry = layout();
   const int workers = topo_.num_workers();
   const float scale = 1.0f / static_cast<float>(workers);
-  const bool sum_slots = config_.deterministic && workers > 1;
+  const bool sum_slots = config_.per_worker_slots() && workers > 1;
+  // Only the accumulate push needs a zeroed sum; ordered starts each step with worker 0's Put.
+  const bool zero_sum = config_.push == GradPush::kAccumulate;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* params = window_.local(geometry.params(begin));
   float* grads = window_.local(geometry.grad(0, begin));  // the sum, or worker 0's slot
@@ -96,12 +110,12 @@ void ParameterServer::apply_block(int block) {
       grad = sum;
     }
     optimizer_->update(begin + b, n, params + b, grad, scale);
-    if (!config_.deterministic) std::memset(grads + b, 0, n * sizeof(float));
+    if (zero_sum) std::memset(grads + b, 0, n * sizeof(float));
   }
 }
 
 std::size_t ParameterServer::memory_bytes() const {
-  return ps_memory_bytes(range_.size(), topo_.num_workers(), config_.deterministic,
+  return ps_memory_bytes(range_.size(), topo_.num_workers(), config_.per_worker_slots(),
                          optimizer_->config());
 }
 

@@ -72,11 +72,12 @@ ShardWindow::ShardWindow(const comm::Topology& topo, const ShardPlan& plan, cons
   DRT_ASSERT(plan.num_shards() == topo.num_ps(),
              str("shard plan has ", plan.num_shards(), " shards for ", topo.num_ps(), " PS"));
   const bool fence = config.sync == RmaSync::kFence;
-  const int stripes = fence || config.deterministic ? 1 : std::min(topo.num_workers(), kMaxStripes);
+  const bool slots = config.per_worker_slots();
+  const int stripes = fence || slots ? 1 : std::min(topo.num_workers(), kMaxStripes);
   const std::size_t chunk = config.chunk_bytes / sizeof(float);
   for (int p = 0; p < plan.num_shards(); ++p) {
     const std::size_t size = plan.shard(p).size();
-    layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, config.deterministic, fence);
+    layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, slots, fence);
   }
   if (topo.is_ps()) my_ps_ = topo.role_index();
   const int windows = fence ? 1 : 1 + stripes;

@@ -31,6 +31,9 @@ class SyncProtocol {
   // them complete at the PS before anyone proceeds.
   virtual void start() = 0;
 
+  // Worker (--grad-push ordered): block until the previous worker has announced block `block`
+  // of PS `ps` for push number `pushes`.
+  virtual void await_predecessor(int ps, int block, std::int64_t pushes) = 0;
   // Worker: every gradient element of block `block` of PS `ps` for push number `pushes` has
   // been issued.
   virtual void block_pushed(int ps, int block, std::int64_t pushes) = 0;
@@ -38,6 +41,9 @@ class SyncProtocol {
   virtual void complete_push(std::int64_t pushes) = 0;
   // Worker: block until block `block` of PS `ps` is published at version >= `version`.
   virtual void await_block(int ps, int block, std::int64_t version) = 0;
+  // Worker, without blocking: is block `block` of PS `ps` published at version >= `version`?
+  // Answers from what is known unless `refresh`, which reads the PS's versions once.
+  virtual bool block_published(int ps, int block, std::int64_t version, bool refresh) = 0;
   // Worker: complete the Gets issued since the first await_block of this version.
   virtual void complete_pull() = 0;
   // Worker: locally complete the operations issued towards PS `ps` (origin buffers reusable).

@@ -33,6 +33,7 @@ WorkerExchange::WorkerExchange(const comm::Topology& topo, const ShardPlan& plan
     const auto blocks = static_cast<std::size_t>(window_.layout(p).num_blocks());
     block_filled_.emplace_back(blocks, 0);
     block_announced_.emplace_back(blocks, false);
+    predecessor_done_.emplace_back(blocks, false);
   }
 }
 
@@ -77,19 +78,24 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   const double t0 = now_seconds();
   const int me = topo_.role_index();
   std::vector<Chunk> todo = chunks(offset, count);
-  // Workers start at different chunks, so that with gradient sums striped over several windows
-  // they accumulate into different windows at the same time instead of queueing on one lock.
-  if (!todo.empty()) std::rotate(todo.begin(), todo.begin() + static_cast<std::ptrdiff_t>(me % todo.size()), todo.end());
+  // Accumulate: workers start at different chunks, so that with gradient sums striped over
+  // several windows they add into different windows at the same time instead of queueing on one
+  // lock. Ordered: all go in the same order, worker w one block behind worker w-1 (again in
+  // another stripe).
+  const bool ordered = config_.push == GradPush::kOrdered;
+  if (config_.push == GradPush::kAccumulate && !todo.empty())
+    std::rotate(todo.begin(), todo.begin() + static_cast<std::ptrdiff_t>(me % todo.size()), todo.end());
   PushHandle handle;
   handle.owner_ = this;
   for (const Chunk& c : todo) {
     // The PS zeroes a block's sum before publishing the block; pushing into it earlier (a caller
     // that skipped the pull) would corrupt the sum. A cache hit after a normal pull.
     if (config_.sync == RmaSync::kPassive) await_block(c.ps, c.block, pushes_ + 1);
+    if (ordered && me > 0) await_predecessor(c.ps, c.block);
     const ShardLayout& layout = window_.layout(c.ps);
     const WindowSpot spot = layout.grad(me, c.shard_element);
     const MPI_Win win = window_.data(spot.window);
-    if (config_.deterministic)
+    if (config_.per_worker_slots() || (ordered && me == 0))
       DRT_MPI_CHECK(MPI_Put(grad + c.at, c.count, MPI_FLOAT, window_.target(c.ps), spot.disp, c.count, MPI_FLOAT, win));
     else
       DRT_MPI_CHECK(MPI_Accumulate(grad + c.at, c.count, MPI_FLOAT, window_.target(c.ps), spot.disp, c.count,
@@ -103,6 +109,15 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   pushed_elements_ += count;
   times_.push_s += now_seconds() - t0;
   return handle;
+}
+
+void WorkerExchange::await_predecessor(int ps, int block) {
+  auto& ready = predecessor_done_[static_cast<std::size_t>(ps)];
+  if (ready[static_cast<std::size_t>(block)]) return;
+  const double t0 = now_seconds();
+  sync_->await_predecessor(ps, block, pushes_ + 1);
+  ready[static_cast<std::size_t>(block)] = true;
+  times_.wait_s += now_seconds() - t0;
 }
 
 void WorkerExchange::announce(int ps, int block) {
@@ -135,6 +150,7 @@ void WorkerExchange::finish_push() {
   pushed_elements_ = 0;
   for (auto& filled : block_filled_) std::fill(filled.begin(), filled.end(), 0);
   for (auto& announced : block_announced_) std::fill(announced.begin(), announced.end(), false);
+  for (auto& done : predecessor_done_) std::fill(done.begin(), done.end(), false);
   times_.push_s += now_seconds() - t0;
 }
 
@@ -150,13 +166,35 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
                     "PullHandle::wait()"));
   if (config_.sync == RmaSync::kFence && !pull_open_) await_block(0, 0, version);  // F2 for every PS
   pull_open_ = true;
-  for (const Chunk& c : chunks(offset, count)) {
-    await_block(c.ps, c.block, version);
+  // Get blocks in the order the PS publish them: while one block is still being applied, the
+  // others are already on their way. Every block left is checked against known versions; when
+  // none is ready, each PS's versions are read once, and only then does the worker wait (for the
+  // first block left, which times out with a message naming the PS).
+  std::vector<Chunk> left = chunks(offset, count);
+  while (!left.empty()) {
+    const auto ready = [&](const Chunk& c) { return sync_->block_published(c.ps, c.block, version, false); };
+    auto split = std::stable_partition(left.begin(), left.end(), ready);
+    if (split == left.begin()) {
+      std::vector<bool> refreshed(static_cast<std::size_t>(window_.num_ps()), false);
+      for (const Chunk& c : left)
+        if (!refreshed[static_cast<std::size_t>(c.ps)]) {
+          refreshed[static_cast<std::size_t>(c.ps)] = true;
+          sync_->block_published(c.ps, c.block, version, true);
+        }
+      split = std::stable_partition(left.begin(), left.end(), ready);
+      if (split == left.begin()) {
+        await_block(left.front().ps, left.front().block, version);
+        continue;
+      }
+    }
     const double t0 = now_seconds();
-    const WindowSpot spot = window_.layout(c.ps).params(c.shard_element);
-    DRT_MPI_CHECK(MPI_Get(params + c.at, c.count, MPI_FLOAT, window_.target(c.ps), spot.disp, c.count, MPI_FLOAT,
-                          window_.data(spot.window)));
+    for (auto it = left.begin(); it != split; ++it) {
+      const WindowSpot spot = window_.layout(it->ps).params(it->shard_element);
+      DRT_MPI_CHECK(MPI_Get(params + it->at, it->count, MPI_FLOAT, window_.target(it->ps), spot.disp, it->count,
+                            MPI_FLOAT, window_.data(spot.window)));
+    }
     times_.pull_s += now_seconds() - t0;
+    left.erase(left.begin(), split);
   }
   PullHandle handle;
   handle.owner_ = this;

@@ -22,9 +22,15 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
       ("rma-sync", po::value<std::string>()->default_value(ps::to_string(out.sync))
            ->notifier([&out](const std::string& s) { out.sync = ps::parse_rma_sync(s); }),
        "RMA synchronisation: passive (lock_all + flush + arrival/version words) | fence")
-      ("deterministic", po::bool_switch(&out.deterministic),
-       "per-worker gradient slots summed in worker order: bitwise reproducible; W x gradient "
-       "memory on each PS")
+      ("grad-push", po::value<std::string>()->default_value(ps::to_string(out.push))
+           ->notifier([&out](const std::string& s) {
+             if (out.push != ps::GradPush::kSlots) out.push = ps::parse_grad_push(s);
+           }),
+       "how gradients reach the PS: accumulate (MPI_SUM, any order) | ordered (worker order, "
+       "reproducible; passive only) | slots (= --deterministic)")
+      ("deterministic", po::bool_switch()->notifier([&out](bool on) { if (on) out.push = ps::GradPush::kSlots; }),
+       "per-worker gradient slots summed in worker order: bitwise reproducible whatever the "
+       "arrival order; W x gradient memory on each PS (same as --grad-push slots)")
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
        "largest single MPI_Accumulate/Put/Get, KiB")

@@ -32,7 +32,7 @@ float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
 
 struct Case {
   RmaSync sync = RmaSync::kPassive;
-  bool deterministic = false;
+  GradPush push = GradPush::kAccumulate;
   std::size_t size = 1000;
   bool integer_grads = false;
   bool buckets = false;  // push/pull in uneven buckets, last bucket first
@@ -40,7 +40,7 @@ struct Case {
   int steps = 4;
 
   std::string name() const {
-    return str(to_string(sync), deterministic ? "+det" : "", " n=", size, integer_grads ? " int" : "",
+    return str(to_string(sync), "+", to_string(push), " n=", size, integer_grads ? " int" : "",
                buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
   }
 };
@@ -60,7 +60,7 @@ float gradient(const Case& c, int workers, int step, int worker, std::size_t i) 
 std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
   ExchangeConfig config;
   config.sync = c.sync;
-  config.deterministic = c.deterministic;
+  config.push = c.push;
   config.chunk_bytes = 4096;  // many chunks even for small sizes
   config.hang_timeout_s = 60;
   const ShardPlan plan = ShardPlan::balanced(c.size, topo.num_ps());
@@ -167,56 +167,72 @@ comm::Topology* Exchange::topo_ = nullptr;
 
 std::vector<std::size_t> sizes() { return {1, 7, 1000, 100003}; }
 
-TEST_F(Exchange, MatchesFloat64ReferenceBothSchemes) {
-  for (RmaSync sync : {RmaSync::kPassive, RmaSync::kFence})
+struct Mode {
+  RmaSync sync;
+  GradPush push;
+};
+const Mode kAllModes[] = {{RmaSync::kPassive, GradPush::kAccumulate}, {RmaSync::kPassive, GradPush::kOrdered},
+                          {RmaSync::kPassive, GradPush::kSlots},      {RmaSync::kFence, GradPush::kAccumulate},
+                          {RmaSync::kFence, GradPush::kSlots}};
+
+// Worker-side comparison of the parameters with a reference; returns "" or what differs.
+template <typename Ref>
+std::string compare(const Case& c, const std::vector<float>& got, const Ref& want, double tolerance) {
+  for (std::size_t i = 0; i < c.size; ++i) {
+    const double ref = static_cast<double>(want[i]);
+    if (!(std::abs(got[i] - ref) <= tolerance * std::max(1.0, std::abs(ref))))
+      return str(c.name(), ": element ", i, " is ", got[i], ", reference ", ref);
+  }
+  return "";
+}
+
+TEST_F(Exchange, MatchesFloat64Reference) {
+  for (const Mode& mode : kAllModes)
     for (std::size_t n : sizes())
       // SGD family: Adam divides by sqrt(v) and so magnifies the float32 rounding of a
-      // cancelling gradient sum far beyond 1e-6; it is checked bitwise in deterministic mode
-      // below, and against float64 on its own in unit.optimizers.
+      // cancelling gradient sum far beyond 1e-6; it is checked bitwise against a float32
+      // reference below, and against float64 on its own in unit.optimizers.
       for (const auto& opt : {momentum_sgd(), nesterov_with_decay()}) {
         Case c;
-        c.sync = sync;
+        c.sync = mode.sync;
+        c.push = mode.push;
         c.size = n;
         c.optimizer = opt;
         const std::vector<float> got = run_exchange(*topo_, c);
-        std::string detail;
-        if (topo_->is_worker()) {
-          const std::vector<double> want = float64_reference(c, topo_->num_workers());
-          for (std::size_t i = 0; i < n && detail.empty(); ++i)
-            if (!(std::abs(got[i] - want[i]) <= 1e-6 * std::max(1.0, std::abs(want[i]))))
-              detail = str(c.name(), ": element ", i, " is ", got[i], ", reference ", want[i]);
-        }
+        const std::string detail =
+            topo_->is_worker() ? compare(c, got, float64_reference(c, topo_->num_workers()), 1e-6) : "";
         ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
       }
 }
 
 TEST_F(Exchange, IntegerGradientsAreExact) {
-  for (RmaSync sync : {RmaSync::kPassive, RmaSync::kFence})
+  for (const Mode& mode : kAllModes)
     for (bool buckets : {false, true}) {
       Case c;
-      c.sync = sync;
+      c.sync = mode.sync;
+      c.push = mode.push;
       c.size = 100003;
       c.integer_grads = true;
       c.buckets = buckets;
       c.optimizer = plain_sgd_lr1();
       const std::vector<float> got = run_exchange(*topo_, c);
-      std::string detail;
-      if (topo_->is_worker()) {
-        const std::vector<double> want = float64_reference(c, topo_->num_workers());
-        for (std::size_t i = 0; i < c.size && detail.empty(); ++i)
-          if (double(got[i]) != want[i]) detail = str(c.name(), ": element ", i, " is ", got[i], ", exact ", want[i]);
-      }
+      const std::string detail =
+          topo_->is_worker() ? compare(c, got, float64_reference(c, topo_->num_workers()), 0.0) : "";
       ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
     }
 }
 
-TEST_F(Exchange, DeterministicModeIsBitwiseReproducible) {
-  for (RmaSync sync : {RmaSync::kPassive, RmaSync::kFence})
+// Slots (--deterministic) and the ordered push sum in worker order: two runs agree bitwise, and
+// both equal a float32 reference that sums in worker order.
+TEST_F(Exchange, WorkerOrderSumsAreBitwiseReproducible) {
+  const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots}, {RmaSync::kFence, GradPush::kSlots},
+                        {RmaSync::kPassive, GradPush::kOrdered}};
+  for (const Mode& mode : modes)
     for (std::size_t n : {std::size_t{7}, std::size_t{100003}})
       for (bool buckets : {false, true}) {
         Case c;
-        c.sync = sync;
-        c.deterministic = true;
+        c.sync = mode.sync;
+        c.push = mode.push;
         c.size = n;
         c.buckets = buckets;
         // Momentum SGD passes every rounding difference of the sum on to the parameters (Adam's
@@ -230,17 +246,19 @@ TEST_F(Exchange, DeterministicModeIsBitwiseReproducible) {
           if (std::memcmp(first.data(), second.data(), n * sizeof(float)) != 0)
             detail = c.name() + ": two runs differ";
           else if (std::memcmp(first.data(), want.data(), n * sizeof(float)) != 0)
-            detail = c.name() + ": differs from the rank-ordered float32 reference";
+            detail = c.name() + ": differs from the worker-ordered float32 reference";
         }
         ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
       }
 }
 
 TEST_F(Exchange, BucketsEqualWholeBuffer) {
-  for (RmaSync sync : {RmaSync::kPassive, RmaSync::kFence}) {
+  const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots}, {RmaSync::kFence, GradPush::kSlots},
+                        {RmaSync::kPassive, GradPush::kOrdered}};
+  for (const Mode& mode : modes) {
     Case c;
-    c.sync = sync;
-    c.deterministic = true;  // bitwise comparable
+    c.sync = mode.sync;
+    c.push = mode.push;  // bitwise comparable
     c.size = 100003;
     c.optimizer = momentum_sgd();
     const std::vector<float> whole = run_exchange(*topo_, c);

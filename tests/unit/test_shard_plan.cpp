@@ -6,6 +6,7 @@
 #include <random>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/ps/server.hpp"
 #include "drtrain/ps/shard_plan.hpp"
 
 namespace drt::ps {
@@ -112,6 +113,24 @@ TEST(ParamLayout, OffsetsFollowInsertionOrder) {
   EXPECT_EQ(layout.find("b")->shape_string(), "4");
   EXPECT_THROW(layout.add("a", {1}), Error);
   EXPECT_THROW(layout.add("c", {0}), Error);
+}
+
+}  // namespace
+}  // namespace drt::ps
+
+namespace drt::ps {
+namespace {
+
+TEST(PsMemory, CountsParamsGradientsAndSlots) {
+  optim::OptimizerConfig momentum;  // sgd with momentum 0.9: one slot
+  EXPECT_EQ(ps_memory_bytes(1000, 2, false, momentum), 4u * 1000 * 3);
+  EXPECT_EQ(ps_memory_bytes(1000, 2, true, momentum), 4u * 1000 * 4);  // two gradient slots
+  optim::OptimizerConfig adam;
+  adam.kind = optim::OptimizerKind::kAdam;
+  EXPECT_EQ(ps_memory_bytes(1000, 3, false, adam), 4u * 1000 * 4);
+  const std::string text = describe_ps_memory(ShardPlan::balanced(3000, 2), 3, ExchangeConfig{}, adam);
+  // Shards of 1504 and 1496 elements (boundary aligned to 16), 16 bytes each.
+  EXPECT_NE(text.find("PS 0 23.50 KiB, PS 1 23.38 KiB"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -18,15 +18,30 @@ enum class RmaSync {
 RmaSync parse_rma_sync(const std::string& text);  // ConfigError lists the choices
 std::string to_string(RmaSync sync);
 
+// How workers deliver gradients into a PS's memory.
+enum class GradPush {
+  // MPI_Accumulate(MPI_SUM) into one sum per shard, in any order; the PS zeroes the sum after
+  // applying it. The float sum depends on arrival order.
+  kAccumulate,
+  // The same sum, filled in worker order block by block: worker 0 MPI_Puts, worker w > 0
+  // MPI_Accumulates once worker w-1 has announced the block. Bitwise reproducible; nothing to
+  // zero and one read less per step; a worker may wait for its predecessor. --rma-sync passive.
+  kOrdered,
+  // --deterministic: each worker MPI_Puts into its own slot and the PS sums the slots in worker
+  // order. Bitwise reproducible, workers never wait for each other; W x gradient memory per PS.
+  kSlots,
+};
+GradPush parse_grad_push(const std::string& text);  // ConfigError lists the choices
+std::string to_string(GradPush push);
+
 struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
-  // Each worker MPI_Puts its gradient into its own slot on the PS, and the PS sums the slots in
-  // worker order: results do not depend on arrival order. Costs W x gradient memory per PS.
-  bool deterministic = false;
-  std::size_t chunk_bytes = std::size_t{4} << 20;  // largest single RMA operation
+  GradPush push = GradPush::kAccumulate;
+  std::size_t chunk_bytes = std::size_t{1} << 20;  // largest RMA operation and block size
   double hang_timeout_s = 300.0;                   // passive waits give up after this
   int max_nap_us = 100;                            // longest sleep between polls
 
+  bool per_worker_slots() const { return push == GradPush::kSlots; }
   void validate() const;  // ConfigError naming the flag
   std::string describe() const;
 };

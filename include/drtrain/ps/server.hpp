@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "drtrain/comm/topology.hpp"
 #include "drtrain/core/aligned_buffer.hpp"
@@ -70,8 +71,13 @@ class ParameterServer {
   ServerStats stats_;
 };
 
-// Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots.
-std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool deterministic,
+// Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots,
+// (2 + slots) x 4 bytes per element, or (1 + W + slots) x 4 with per-worker gradient slots.
+std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool per_worker_slots,
                             const optim::OptimizerConfig& optimizer);
+
+// One line per PS: its shard's size and the memory it holds, e.g. for rank 0 to print at start.
+std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const ExchangeConfig& config,
+                               const optim::OptimizerConfig& optimizer);
 
 }  // namespace drt::ps

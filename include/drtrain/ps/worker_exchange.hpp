@@ -97,6 +97,7 @@ class WorkerExchange {
   };
   std::vector<Chunk> chunks(std::size_t offset, std::size_t count) const;
   void announce(int ps, int block);
+  void await_predecessor(int ps, int block);
   void complete_local(const std::vector<int>& targets);
   void await_block(int ps, int block, std::int64_t version);
   void complete_pull();
@@ -113,6 +114,7 @@ class WorkerExchange {
   std::size_t pushed_elements_ = 0;  // in the step being pushed
   std::vector<std::vector<std::size_t>> block_filled_;  // per PS, per block: elements pushed
   std::vector<std::vector<bool>> block_announced_;      // per PS, per block: announced this step
+  std::vector<std::vector<bool>> predecessor_done_;     // ordered push: worker w-1 announced it
   bool pull_open_ = false;                // Gets issued and not yet completed
   std::int64_t pull_closed_version_ = 0;  // fence: version whose pull epoch has closed
   bool finished_ = false;
