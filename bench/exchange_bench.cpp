@@ -186,7 +186,8 @@ float expected_after_one_step(int workers, std::size_t i) {
 double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& scheme, std::size_t floats) {
   ps::ExchangeConfig config = o.exchange;
   config.sync = scheme.sync;
-  config.push = scheme.push;
+  config.push = scheme.push;  // the scheme decides, whatever --grad-push/--deterministic said
+  config.deterministic = false;
   const ps::ShardPlan plan = ps::ShardPlan::balanced(floats, topo.num_ps());
   if (topo.is_ps()) {
     ps::ParameterServer server(topo, plan, config, plain_sgd());

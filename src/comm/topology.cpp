@@ -4,6 +4,7 @@
 #include <set>
 
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 
@@ -34,15 +35,12 @@ std::vector<int> gather_node_indices(const Comm& world, const Comm& node) {
 
 }  // namespace
 
-Placement parse_placement(const std::string& text) {
-  if (text == "first") return Placement::kFirst;
-  if (text == "per-node") return Placement::kPerNode;
-  throw ConfigError(str("unknown --ps-placement '", text, "'; choices: first, per-node"));
-}
+namespace {
+constexpr Choice<Placement> kPlacements[] = {{Placement::kFirst, "first"}, {Placement::kPerNode, "per-node"}};
+}  // namespace
 
-std::string to_string(Placement placement) {
-  return placement == Placement::kFirst ? "first" : "per-node";
-}
+Placement parse_placement(const std::string& text) { return parse_choice(text, kPlacements, "--ps-placement"); }
+std::string to_string(Placement placement) { return choice_name(placement, kPlacements); }
 
 RolePlan plan_roles(const std::vector<int>& node_of_rank, int num_ps, Placement placement) {
   const int world = static_cast<int>(node_of_rank.size());

@@ -3,26 +3,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 
 namespace drt::optim {
 
-LrScheduleKind parse_lr_schedule(const std::string& text) {
-  if (text == "constant") return LrScheduleKind::kConstant;
-  if (text == "step") return LrScheduleKind::kStep;
-  if (text == "cosine") return LrScheduleKind::kCosine;
-  throw ConfigError(str("unknown --lr-schedule '", text, "'; choices: constant, step, cosine"));
-}
+namespace {
+constexpr Choice<LrScheduleKind> kSchedules[] = {
+    {LrScheduleKind::kConstant, "constant"}, {LrScheduleKind::kStep, "step"}, {LrScheduleKind::kCosine, "cosine"}};
+}  // namespace
 
-std::string to_string(LrScheduleKind kind) {
-  switch (kind) {
-    case LrScheduleKind::kConstant: return "constant";
-    case LrScheduleKind::kStep: return "step";
-    case LrScheduleKind::kCosine: return "cosine";
-  }
-  return "?";
-}
+LrScheduleKind parse_lr_schedule(const std::string& text) { return parse_choice(text, kSchedules, "--lr-schedule"); }
+std::string to_string(LrScheduleKind kind) { return choice_name(kind, kSchedules); }
 
 void LrSchedule::validate() const {
   if (warmup_steps < 0) throw ConfigError(str("--warmup-steps must be >= 0 (got ", warmup_steps, ")"));

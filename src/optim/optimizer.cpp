@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "sgd.hpp"
@@ -9,21 +10,13 @@
 
 namespace drt::optim {
 
-OptimizerKind parse_optimizer(const std::string& text) {
-  if (text == "sgd") return OptimizerKind::kSgd;
-  if (text == "adam") return OptimizerKind::kAdam;
-  if (text == "adamw") return OptimizerKind::kAdamW;
-  throw ConfigError(str("unknown --optimizer '", text, "'; choices: sgd, adam, adamw"));
-}
+namespace {
+constexpr Choice<OptimizerKind> kOptimizers[] = {
+    {OptimizerKind::kSgd, "sgd"}, {OptimizerKind::kAdam, "adam"}, {OptimizerKind::kAdamW, "adamw"}};
+}  // namespace
 
-std::string to_string(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdam: return "adam";
-    case OptimizerKind::kAdamW: return "adamw";
-  }
-  return "?";
-}
+OptimizerKind parse_optimizer(const std::string& text) { return parse_choice(text, kOptimizers, "--optimizer"); }
+std::string to_string(OptimizerKind kind) { return choice_name(kind, kOptimizers); }
 
 void OptimizerConfig::validate() const {
   if (!(lr > 0.0) || !std::isfinite(lr)) throw ConfigError(str("--lr must be a positive number (got ", lr, ")"));

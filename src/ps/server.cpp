@@ -92,7 +92,7 @@ void ParameterServer::apply_block(int block) {
   const float scale = 1.0f / static_cast<float>(workers);
   const bool sum_slots = config_.per_worker_slots() && workers > 1;
   // Only the accumulate push needs a zeroed sum; ordered starts each step with worker 0's Put.
-  const bool zero_sum = config_.push == GradPush::kAccumulate;
+  const bool zero_sum = config_.grad_push() == GradPush::kAccumulate;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* params = window_.local(geometry.params(begin));
   float* grads = window_.local(geometry.grad(0, begin));  // the sum, or worker 0's slot

@@ -82,8 +82,8 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   // several windows they add into different windows at the same time instead of queueing on one
   // lock. Ordered: all go in the same order, worker w one block behind worker w-1 (again in
   // another stripe).
-  const bool ordered = config_.push == GradPush::kOrdered;
-  if (config_.push == GradPush::kAccumulate && !todo.empty())
+  const bool ordered = config_.grad_push() == GradPush::kOrdered;
+  if (config_.grad_push() == GradPush::kAccumulate && !todo.empty())
     std::rotate(todo.begin(), todo.begin() + static_cast<std::ptrdiff_t>(me % todo.size()), todo.end());
   PushHandle handle;
   handle.owner_ = this;

@@ -4,14 +4,23 @@
 #include "drtrain/core/strings.hpp"
 
 namespace drt::train {
+namespace {
+
+// An enumerated option: shown with its current value as default, parsed by `parse` (whose
+// ConfigError lists the choices) into `out`.
+template <typename E, typename Parse>
+po::typed_value<std::string>* choice(E& out, const std::string& shown, Parse parse) {
+  return po::value<std::string>()->default_value(shown)->notifier([&out, parse](const std::string& s) { out = parse(s); });
+}
+
+}  // namespace
 
 po::options_description layout_options(LayoutOptions& out) {
   po::options_description d("Layout");
   d.add_options()
       ("num-ps", po::value<int>(&out.num_ps)->default_value(out.num_ps),
        "parameter-server ranks; the other ranks are workers")
-      ("ps-placement", po::value<std::string>()->default_value(comm::to_string(out.placement))
-           ->notifier([&out](const std::string& s) { out.placement = comm::parse_placement(s); }),
+      ("ps-placement", choice(out.placement, comm::to_string(out.placement), comm::parse_placement),
        "which ranks are PS: first (ranks 0..P-1) | per-node (one per node, co-located)");
   return d;
 }
@@ -19,21 +28,17 @@ po::options_description layout_options(LayoutOptions& out) {
 po::options_description exchange_options(ps::ExchangeConfig& out) {
   po::options_description d("Exchange");
   d.add_options()
-      ("rma-sync", po::value<std::string>()->default_value(ps::to_string(out.sync))
-           ->notifier([&out](const std::string& s) { out.sync = ps::parse_rma_sync(s); }),
+      ("rma-sync", choice(out.sync, ps::to_string(out.sync), ps::parse_rma_sync),
        "RMA synchronisation: passive (lock_all + flush + arrival/version words) | fence")
-      ("grad-push", po::value<std::string>()->default_value(ps::to_string(out.push))
-           ->notifier([&out](const std::string& s) {
-             if (out.push != ps::GradPush::kSlots) out.push = ps::parse_grad_push(s);
-           }),
+      ("grad-push", choice(out.push, ps::to_string(out.push), ps::parse_grad_push),
        "how gradients reach the PS: accumulate (MPI_SUM, any order) | ordered (worker order, "
        "reproducible; passive only) | slots (= --deterministic)")
-      ("deterministic", po::bool_switch()->notifier([&out](bool on) { if (on) out.push = ps::GradPush::kSlots; }),
+      ("deterministic", po::bool_switch(&out.deterministic),
        "per-worker gradient slots summed in worker order: bitwise reproducible whatever the "
        "arrival order; W x gradient memory on each PS (same as --grad-push slots)")
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
-       "largest single MPI_Accumulate/Put/Get, KiB")
+       "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB")
       ("hang-timeout", po::value<double>(&out.hang_timeout_s)->default_value(out.hang_timeout_s),
        "seconds a rank waits for a peer before it reports the peer and aborts the job");
   return d;
@@ -42,8 +47,7 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
 po::options_description optimizer_options(optim::OptimizerConfig& out) {
   po::options_description d("Optimizer (applied by the PS to its shard)");
   d.add_options()
-      ("optimizer", po::value<std::string>()->default_value(optim::to_string(out.kind))
-           ->notifier([&out](const std::string& s) { out.kind = optim::parse_optimizer(s); }),
+      ("optimizer", choice(out.kind, optim::to_string(out.kind), optim::parse_optimizer),
        "sgd | adam | adamw")
       ("lr", po::value<double>(&out.lr)->default_value(out.lr), "base learning rate")
       ("momentum", po::value<double>(&out.momentum)->default_value(out.momentum), "sgd momentum (0: plain SGD)")
@@ -53,8 +57,7 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
       ("eps", po::value<double>(&out.eps)->default_value(out.eps), "adam/adamw epsilon")
       ("weight-decay", po::value<double>(&out.weight_decay)->default_value(out.weight_decay),
        "L2 (sgd, adam) or decoupled (adamw) weight decay")
-      ("lr-schedule", po::value<std::string>()->default_value(optim::to_string(out.schedule.kind))
-           ->notifier([&out](const std::string& s) { out.schedule.kind = optim::parse_lr_schedule(s); }),
+      ("lr-schedule", choice(out.schedule.kind, optim::to_string(out.schedule.kind), optim::parse_lr_schedule),
        "constant | step | cosine")
       ("warmup-steps", po::value<std::int64_t>(&out.schedule.warmup_steps)->default_value(out.schedule.warmup_steps),
        "linear warmup steps")

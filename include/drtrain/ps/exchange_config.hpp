@@ -36,12 +36,14 @@ std::string to_string(GradPush push);
 
 struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
-  GradPush push = GradPush::kAccumulate;
+  GradPush push = GradPush::kAccumulate;  // read it through grad_push()
+  bool deterministic = false;             // --deterministic: the same as push = kSlots
   std::size_t chunk_bytes = std::size_t{1} << 20;  // largest RMA operation and block size
   double hang_timeout_s = 300.0;                   // passive waits give up after this
   int max_nap_us = 100;                            // longest sleep between polls
 
-  bool per_worker_slots() const { return push == GradPush::kSlots; }
+  GradPush grad_push() const { return deterministic ? GradPush::kSlots : push; }
+  bool per_worker_slots() const { return grad_push() == GradPush::kSlots; }
   void validate() const;  // ConfigError naming the flag
   std::string describe() const;
 };
