@@ -6,10 +6,13 @@
 #   gpu:  the executable; exit code 77 means "no usable GPU" and ctest reports it as Skipped.
 # EXPECT_FAIL_REGEX turns the test around: the command must exit non-zero, print a line matching
 # the regex exactly EXPECT_COUNT times (default 1), and finish within the timeout.
+# SUMMARY_AT_LEAST <field> <min>: the command (drtrain) must exit 0 and its JSON summary line must
+# have field >= min (cmake/DrtCheckSummary.cmake).
 #
 #   drt_test_executable(<target> SOURCES ... [LIBS ...] [MPI_MAIN])
 #   drt_add_test(NAME <name> KIND unit|mpi|gpu COMMAND <target> [ARGS ...] [NP n] [TIMEOUT s]
-#                [EXPECT_FAIL_REGEX <regex>] [EXPECT_COUNT n] [LABELS ...])
+#                [EXPECT_FAIL_REGEX <regex>] [EXPECT_COUNT n] [SUMMARY_AT_LEAST <field> <min>]
+#                [LABELS ...])
 
 set(DRT_MPIEXEC_FLAGS "" CACHE STRING "Extra mpiexec flags for MPI tests (a CMake list)")
 
@@ -29,7 +32,7 @@ endfunction()
 
 function(drt_add_test)
   cmake_parse_arguments(T "" "NAME;KIND;COMMAND;NP;TIMEOUT;EXPECT_FAIL_REGEX;EXPECT_COUNT"
-                        "ARGS;LABELS" ${ARGN})
+                        "ARGS;LABELS;SUMMARY_AT_LEAST" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
@@ -55,6 +58,12 @@ function(drt_add_test)
     endif()
     set(cmd ${CMAKE_COMMAND} "-DREGEX=${T_EXPECT_FAIL_REGEX}" -DEXPECT_COUNT=${T_EXPECT_COUNT}
             -P ${PROJECT_SOURCE_DIR}/cmake/DrtExpectFailure.cmake -- ${cmd})
+  endif()
+  if(T_SUMMARY_AT_LEAST)
+    list(GET T_SUMMARY_AT_LEAST 0 field)
+    list(GET T_SUMMARY_AT_LEAST 1 min)
+    set(cmd ${CMAKE_COMMAND} -DFIELD=${field} -DMIN=${min}
+            -P ${PROJECT_SOURCE_DIR}/cmake/DrtCheckSummary.cmake -- ${cmd})
   endif()
   add_test(NAME ${T_NAME} COMMAND ${cmd})
   set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_KIND};${T_LABELS}")

@@ -39,6 +39,8 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
        "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB")
+      ("poll-nap-us", po::value<int>(&out.max_nap_us)->default_value(out.max_nap_us),
+       "longest sleep between two polls of a waiting rank, microseconds (shorter: less latency, more CPU)")
       ("hang-timeout", po::value<double>(&out.hang_timeout_s)->default_value(out.hang_timeout_s),
        "seconds a rank waits for a peer before it reports the peer and aborts the job");
   return d;

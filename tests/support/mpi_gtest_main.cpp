@@ -1,7 +1,8 @@
 // main() for GoogleTest programs run under mpiexec. An exception that escapes a test on one rank
 // would leave the others blocked in a collective, so exceptions are not caught by GoogleTest:
-// the terminate handler prints them and aborts the whole job at once. Only rank 0 prints
-// GoogleTest's progress; verdicts are reduced across ranks (support/mpi_test.hpp).
+// the terminate handler prints them and aborts the whole job at once. Rank 0 prints GoogleTest's
+// progress, the other ranks only their own failures; verdicts are reduced across ranks
+// (support/mpi_test.hpp).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -28,6 +29,16 @@ namespace {
   std::abort();
 }
 
+// Ranks other than 0 print only their failures, tagged with the rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[%s] %s:%d: failure\n%s\n", drt::rank_tag().c_str(),
+                 result.file_name() ? result.file_name() : "?", result.line_number(), result.summary());
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,6 +50,7 @@ int main(int argc, char** argv) {
   if (session.world_rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter);
   }
   int failed = RUN_ALL_TESTS();
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

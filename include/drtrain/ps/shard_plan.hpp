@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "drtrain/ps/param_layout.hpp"
+#include "drtrain/core/param_layout.hpp"
 
 namespace drt::ps {
 
@@ -48,7 +48,7 @@ class ShardPlan {
 
   std::string to_text() const;  // "shard-plan v1 P=2 total=10 : 0 5 10"
   // Human-readable table: each shard's range, bytes and the tensors (or parts) it holds.
-  std::string describe(const ParamLayout& layout) const;
+  std::string describe(const drt::ParamLayout& layout) const;
 
  private:
   explicit ShardPlan(std::vector<std::size_t> boundaries) : boundaries_(std::move(boundaries)) {}

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace drt::ps {
+namespace drt {
 
 struct TensorSpec {
   std::string name;                 // unique, e.g. "fc1.weight"
@@ -37,4 +37,4 @@ class ParamLayout {
   std::size_t total_ = 0;
 };
 
-}  // namespace drt::ps
+}  // namespace drt

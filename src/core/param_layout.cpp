@@ -1,9 +1,9 @@
-#include "drtrain/ps/param_layout.hpp"
+#include "drtrain/core/param_layout.hpp"
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 
-namespace drt::ps {
+namespace drt {
 
 std::string TensorSpec::shape_string() const {
   std::vector<std::string> dims;
@@ -35,4 +35,4 @@ std::string ParamLayout::to_text() const {
   return out;
 }
 
-}  // namespace drt::ps
+}  // namespace drt

@@ -1,0 +1,115 @@
+// Backend: the compute device of one tower (one model replica). Layers express their math
+// through it, so that the same layer code runs on the CPU (OpenBLAS, im2col) and, later, on a
+// GPU (cuBLAS, cuDNN, drtrain's kernels). Every pointer handed to a backend points to memory it
+// allocated (DeviceBuffer). Calls may be asynchronous (CUDA: ordered on the tower's stream);
+// synchronize() waits for them. No MPI here, and no CUDA types in this header.
+//
+// Layout conventions: matrices are row-major; images are NCHW; a Linear layer's weight is
+// [out x in] (as torch.nn.Linear), a Conv2d weight [out x in x kh x kw].
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace drt::backend {
+
+class Backend;
+
+// Memory owned by a backend (host memory on the CPU backend). Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend* owner, void* data, std::size_t bytes) : owner_(owner), data_(data), bytes_(bytes) {}
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+
+  float* floats() const { return static_cast<float*>(data_); }
+  std::int32_t* ints() const { return static_cast<std::int32_t*>(data_); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void release() noexcept;
+  Backend* owner_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+struct Conv2dShape {
+  int batch = 0, in_channels = 0, height = 0, width = 0;  // input
+  int out_channels = 0, kernel = 0, stride = 1, pad = 0;
+  int out_height() const { return (height + 2 * pad - kernel) / stride + 1; }
+  int out_width() const { return (width + 2 * pad - kernel) / stride + 1; }
+};
+
+struct Pool2dShape {
+  int batch = 0, channels = 0, height = 0, width = 0;  // input
+  int window = 2, stride = 2;
+  int out_height() const { return (height - window) / stride + 1; }
+  int out_width() const { return (width - window) / stride + 1; }
+};
+
+// Result of the loss over a batch: sum (not mean) of the per-sample losses, and how many
+// samples the argmax of the logits got right.
+struct LossSums {
+  double loss = 0.0;
+  std::int64_t correct = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0", ...
+
+  // Zero-initialised memory on this device.
+  virtual DeviceBuffer allocate(std::size_t bytes) = 0;
+  DeviceBuffer allocate_floats(std::size_t count) { return allocate(count * sizeof(float)); }
+  virtual void free(void* data) noexcept = 0;  // DeviceBuffer calls it
+  virtual void copy_from_host(void* device, const void* host, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host, const void* device, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  virtual void synchronize() = 0;
+
+  // C[m x n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T, all row-major and dense.
+  virtual void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
+  // y[r][j] += bias[j] for r < rows, j < cols (Linear).
+  virtual void add_bias_rows(float* y, const float* bias, int rows, int cols) = 0;
+  // grad_bias[j] = sum_r dy[r][j] (Linear; overwrites).
+  virtual void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols) = 0;
+  // y = max(x, 0); dx = dy where y > 0, else 0. In place allowed (y == x, dx == dy).
+  virtual void relu_forward(const float* x, float* y, std::size_t n) = 0;
+  virtual void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) = 0;
+
+  // Convolution with bias. Workspace: conv2d_workspace_floats(shape) floats.
+  virtual std::size_t conv2d_workspace_floats(const Conv2dShape& s) const = 0;
+  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
+                              float* workspace) = 0;
+  // Gradients of the weights and bias (overwritten) and, when dx is not null, of the input.
+  virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw,
+                               float* dbias, float* dx, float* workspace) = 0;
+
+  // Max pooling; `argmax` (int32, one per output) records the winning input for backward.
+  virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) = 0;
+  virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) = 0;
+
+  // Softmax cross-entropy of logits [rows x classes] against int32 labels. When dlogits is not
+  // null it receives d(loss)/d(logits) * grad_scale, i.e. (softmax - onehot) * grad_scale.
+  virtual LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                                         float* dlogits, float grad_scale) = 0;
+
+  // y = a * x + b * y over n floats (tower averaging, scaling).
+  virtual void axpby(float a, const float* x, float b, float* y, std::size_t n) = 0;
+};
+
+// The CPU backend: OpenBLAS GEMM, im2col convolution, plain loops. BLAS threads are a process
+// setting (set_blas_threads).
+std::unique_ptr<Backend> make_cpu_backend();
+void set_blas_threads(int threads);
+int blas_threads();
+
+}  // namespace drt::backend

@@ -1,0 +1,82 @@
+// BatchLoader: turns this worker's samples of each step into float batches for its towers, on
+// a background thread that prepares the next step while the current one trains (a queue of
+// depth `depth`, default 2). Pixels are scaled to [0, 1] (x / 255, no mean/std normalisation);
+// labels become int32. Steps run over consecutive epochs from (first_epoch, first_step) up to a
+// total number of steps. Thread safety: next() from one consumer thread only.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "drtrain/data/dataset.hpp"
+#include "drtrain/data/epoch_plan.hpp"
+
+namespace drt::data {
+
+struct TowerBatch {
+  int count = 0;               // samples (may be 0 in an epoch's last step)
+  std::vector<float> images;   // count x rows x cols
+  std::vector<std::int32_t> labels;
+};
+
+struct WorkerBatch {
+  int epoch = 0;
+  int step_in_epoch = 0;      // 0-based
+  int steps_in_epoch = 0;
+  int global_count = 0;       // samples in the whole global batch
+  std::vector<TowerBatch> towers;
+};
+
+struct LoaderConfig {
+  int global_batch = 0;
+  int workers = 1;
+  int worker = 0;
+  int towers = 1;
+  std::uint64_t seed = 0;
+  int first_epoch = 0;
+  int first_step = 0;         // within first_epoch
+  std::int64_t total_steps = 0;  // steps to deliver in all
+  int depth = 2;
+};
+
+class BatchLoader {
+ public:
+  // `dataset` must outlive the loader. Throws ConfigError for a configuration EpochPlan rejects,
+  // worker outside [0, workers), first_step outside the epoch, total_steps < 0 or depth < 1.
+  BatchLoader(const Dataset& dataset, const LoaderConfig& config);
+  ~BatchLoader();  // stops and joins the thread
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // The next step's batch; blocks until ready. Rethrows an exception of the producer thread
+  // (after the batches it made before failing, and again on every later call).
+  // Throws drt::Error after total_steps batches.
+  WorkerBatch next();
+  // Seconds next() spent waiting for the producer, summed since the last call.
+  double take_wait_seconds();
+
+ private:
+  void produce();
+
+  const Dataset& dataset_;
+  LoaderConfig config_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<WorkerBatch> ready_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::int64_t delivered_ = 0;
+  double wait_s_ = 0.0;
+  std::thread thread_;  // last: starts after every other member exists
+};
+
+// Converts dataset samples to a TowerBatch (pixels / 255). Throws drt::Error for an index
+// outside the dataset or a dataset whose vectors are shorter than its count says.
+TowerBatch make_tower_batch(const Dataset& dataset, const std::vector<int>& samples);
+
+}  // namespace drt::data

@@ -1,0 +1,46 @@
+// Network: one replica of a model on one device (a tower's model): the layers, bound to the
+// tower's flat parameter and gradient buffers, plus the activation buffers of a batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "drtrain/backend/backend.hpp"
+#include "drtrain/nn/layer.hpp"
+#include "drtrain/nn/model_spec.hpp"
+
+namespace drt::nn {
+
+class Network {
+ public:
+  // Allocates activations for batches of up to max_batch samples on `device`.
+  Network(const ModelSpec& spec, backend::Backend& device, int max_batch);
+
+  // params and grads: device buffers of spec.layout().total() floats.
+  void bind(const float* params, float* grads);
+
+  // Forward, softmax cross-entropy and backward on n samples (device memory: x holds n images,
+  // labels n int32). The bound gradients receive grad_scale * d(sum of losses)/d(params); with
+  // n == 0 they are zeroed. Returns the summed loss and the number of correct predictions.
+  backend::LossSums train(const float* x, const std::int32_t* labels, int n, float grad_scale);
+  // Forward and loss only.
+  backend::LossSums evaluate(const float* x, const std::int32_t* labels, int n);
+
+  int max_batch() const { return max_batch_; }
+
+ private:
+  void forward(const float* x, int n);
+
+  const ModelSpec& spec_;
+  backend::Backend& device_;
+  int max_batch_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<TensorShape> shapes_;       // per-sample shape entering layer i; back() = logits
+  std::vector<backend::DeviceBuffer> storage_;
+  std::vector<float*> acts_;              // acts_[i] = input of layer i; acts_.back() = logits
+  backend::DeviceBuffer grad_a_, grad_b_; // ping-pong buffers for activation gradients
+  float* grads_ = nullptr;
+};
+
+}  // namespace drt::nn

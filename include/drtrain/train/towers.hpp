@@ -1,0 +1,45 @@
+// Towers: the T model replicas ("towers") of one worker. Each trains on its part of the worker's
+// batch; each tower's gradient is already scaled so that summing over the towers of all workers
+// and dividing by W (the PS) gives the mean over the global batch, so combining is a sum. After
+// the pull every tower gets the new parameters.
+//
+// This interface is what a worker's training loop sees; the CPU implementation runs the towers
+// one after the other (they share the process's BLAS threads), the GPU implementation (later)
+// runs one per device and combines with NCCL. Host buffers returned here are what the exchange
+// pushes from and pulls into.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "drtrain/backend/backend.hpp"
+#include "drtrain/data/batch_loader.hpp"
+#include "drtrain/nn/model_spec.hpp"
+
+namespace drt::train {
+
+class Towers {
+ public:
+  virtual ~Towers() = default;
+  virtual int count() const = 0;
+  virtual std::string describe() const = 0;
+
+  // Forward/backward of tower t on batch.towers[t]; tower gradients = grad_scale * d(sum of its
+  // losses)/d(params). Returns the loss and correct counts summed over the towers.
+  virtual backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale) = 0;
+  // Sums the towers' gradients; returns host memory holding the worker's gradient (valid until
+  // the next compute()).
+  virtual const float* combine_gradients() = 0;
+  // Host memory the exchange pulls the new parameters into.
+  virtual float* parameter_staging() = 0;
+  // Gives every tower the parameters now in parameter_staging().
+  virtual void load_parameters() = 0;
+  // Forward-only loss over n host images (tower 0, in batches).
+  virtual backend::LossSums evaluate(const float* images, const std::int32_t* labels, int n) = 0;
+};
+
+// T CPU towers for batches of up to max_batch_per_tower samples.
+std::unique_ptr<Towers> make_cpu_towers(const nn::ModelSpec& spec, int towers, int max_batch_per_tower);
+
+}  // namespace drt::train

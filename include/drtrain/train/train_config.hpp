@@ -1,0 +1,44 @@
+// TrainConfig: everything a drtrain run is configured with, its defaults (in one place: the
+// member initialisers), and the command line / INI file that fill it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "drtrain/optim/optimizer.hpp"
+#include "drtrain/ps/exchange_config.hpp"
+#include "drtrain/train/cli_options.hpp"
+
+namespace drt::train {
+
+struct TrainConfig {
+  std::string model = "mlp";
+  std::string dataset = "fashion-mnist";  // or "synthetic"
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int synthetic_train = 60000;  // synthetic dataset sizes
+  int synthetic_test = 10000;
+  int epochs = 1;
+  std::int64_t max_steps = 0;  // 0: no limit besides --epochs
+  int batch_size = 128;        // global batch: workers x towers x per-tower batch
+  int towers = 1;
+  LayoutOptions layout;
+  ps::ExchangeConfig exchange;
+  optim::OptimizerConfig optimizer;
+  std::uint64_t seed = 1;
+  std::string metrics;  // JSON lines file; empty: none
+  int log_every = 50;   // steps between progress lines and metrics records
+  int threads = 0;      // BLAS threads per worker; 0: cores on the node / workers on the node
+  bool eval = true;     // evaluate on the test set after every epoch
+
+  // Checks values that need no MPI (ranges, choices); ConfigError naming the flag.
+  void validate() const;
+  // The resolved configuration as an INI file that --config accepts.
+  std::string to_ini() const;
+};
+
+// Parses the command line (and the --config INI file it names; the command line wins).
+// Returns nullopt after --help, --version or --print-config, which `print` (rank 0) prints.
+std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print);
+
+}  // namespace drt::train

@@ -1,0 +1,43 @@
+#include "drtrain/backend/blas_kernels.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+extern "C" char* openblas_get_corename();
+
+namespace drt::backend {
+
+std::string blas_core_name() { return openblas_get_corename(); }
+
+std::string better_blas_core() {
+  if (std::getenv("OPENBLAS_CORETYPE")) return "";
+  const std::string current = blas_core_name();
+  const bool generic = current == "Prescott" || current == "Core2" || current == "Nehalem" ||
+                       current == "Penryn" || current == "Dunnington" || current == "Atom";
+  if (!generic) return "";
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return "";
+}
+
+void ensure_blas_kernels(char** argv) {
+  const char* allow = std::getenv("DRT_BLAS_REEXEC");
+  if (allow && std::strcmp(allow, "0") == 0) return;
+  const std::string core = better_blas_core();
+  if (core.empty()) return;
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "drtrain: warning: OpenBLAS chose %s kernels on a CPU that runs %s ones; re-executing with "
+                       "OPENBLAS_CORETYPE=%s failed (%s), so GEMMs run several times slower. Export "
+                       "OPENBLAS_CORETYPE=%s before starting drtrain.\n",
+               blas_core_name().c_str(), core.c_str(), core.c_str(), std::strerror(errno), core.c_str());
+}
+
+}  // namespace drt::backend

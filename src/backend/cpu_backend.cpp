@@ -1,0 +1,213 @@
+// The CPU backend. GEMMs go to OpenBLAS (cblas_sgemm, threads set per process); convolution is
+// im2col + GEMM over groups of images (chosen against oneDNN and PyTorch by measurement, see
+// bench/RESULTS.md); everything else is plain loops the compiler vectorises.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "drtrain/backend/backend.hpp"
+#include "drtrain/core/error.hpp"
+#include "im2col.hpp"
+
+namespace drt::backend {
+namespace {
+
+// Images per im2col group: the column buffer of a group stays near this many floats, so that
+// one large GEMM per group replaces one small GEMM per image without a batch-sized buffer.
+constexpr std::size_t kGroupColumnFloats = std::size_t{1} << 21;  // 8 MiB
+
+int group_size(const Conv2dShape& s) {
+  const std::size_t per_image = static_cast<std::size_t>(s.in_channels) * s.kernel * s.kernel *
+                                static_cast<std::size_t>(s.out_height()) * s.out_width();
+  return static_cast<int>(std::clamp<std::size_t>(kGroupColumnFloats / std::max<std::size_t>(per_image, 1), 1,
+                                                  static_cast<std::size_t>(std::max(s.batch, 1))));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  DeviceBuffer allocate(std::size_t bytes) override {
+    if (bytes == 0) return DeviceBuffer(this, nullptr, 0);
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    void* data = std::aligned_alloc(64, rounded);
+    if (!data) throw std::bad_alloc();
+    std::memset(data, 0, rounded);
+    return DeviceBuffer(this, data, bytes);
+  }
+  void free(void* data) noexcept override { std::free(data); }
+  void copy_from_host(void* device, const void* host, std::size_t bytes) override { std::memcpy(device, host, bytes); }
+  void copy_to_host(void* host, const void* device, std::size_t bytes) override { std::memcpy(host, device, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void synchronize() override {}
+
+  void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b, float beta,
+            float* c) override {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+                ta ? m : k, b, tb ? k : n, beta, c, n);
+  }
+
+  void add_bias_rows(float* y, const float* bias, int rows, int cols) override {
+    for (int r = 0; r < rows; ++r) {
+      float* row = y + static_cast<std::size_t>(r) * cols;
+      for (int j = 0; j < cols; ++j) row[j] += bias[j];
+    }
+  }
+
+  void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols) override {
+    std::fill(grad_bias, grad_bias + cols, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      const float* row = dy + static_cast<std::size_t>(r) * cols;
+      for (int j = 0; j < cols; ++j) grad_bias[j] += row[j];
+    }
+  }
+
+  void relu_forward(const float* x, float* y, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  }
+
+  void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+
+  std::size_t conv2d_workspace_floats(const Conv2dShape& s) const override {
+    const std::size_t g = static_cast<std::size_t>(group_size(s));
+    const std::size_t plane = static_cast<std::size_t>(s.out_height()) * s.out_width();
+    const std::size_t rows = static_cast<std::size_t>(s.in_channels) * s.kernel * s.kernel;
+    return g * plane * (rows + static_cast<std::size_t>(s.out_channels));  // columns + GEMM output
+  }
+
+  void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
+                      float* workspace) override {
+    const int g = group_size(s);
+    const int plane = s.out_height() * s.out_width();
+    const int rows = s.in_channels * s.kernel * s.kernel;
+    const std::size_t in_image = static_cast<std::size_t>(s.in_channels) * s.height * s.width;
+    const std::size_t out_image = static_cast<std::size_t>(s.out_channels) * plane;
+    for (int n0 = 0; n0 < s.batch; n0 += g) {
+      const int count = std::min(g, s.batch - n0);
+      const int columns = count * plane;
+      float* col = workspace;
+      float* out = workspace + static_cast<std::size_t>(rows) * static_cast<std::size_t>(g) * plane;
+      for (int i = 0; i < count; ++i) im2col(s, x + (n0 + i) * in_image, col, columns, i * plane);
+      gemm(false, false, s.out_channels, columns, rows, 1.0f, w, col, 0.0f, out);
+      // out is [out_channels x (image, pixel)]; y is NCHW.
+      for (int i = 0; i < count; ++i)
+        for (int oc = 0; oc < s.out_channels; ++oc) {
+          const float* src = out + static_cast<std::size_t>(oc) * columns + static_cast<std::size_t>(i) * plane;
+          float* dst = y + (n0 + i) * out_image + static_cast<std::size_t>(oc) * plane;
+          for (int p = 0; p < plane; ++p) dst[p] = src[p] + bias[oc];
+        }
+    }
+  }
+
+  void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw,
+                       float* dbias, float* dx, float* workspace) override {
+    const int g = group_size(s);
+    const int plane = s.out_height() * s.out_width();
+    const int rows = s.in_channels * s.kernel * s.kernel;
+    const std::size_t in_image = static_cast<std::size_t>(s.in_channels) * s.height * s.width;
+    const std::size_t out_image = static_cast<std::size_t>(s.out_channels) * plane;
+    std::fill(dbias, dbias + s.out_channels, 0.0f);
+    if (dx) std::fill(dx, dx + in_image * static_cast<std::size_t>(s.batch), 0.0f);
+    for (int n0 = 0; n0 < s.batch; n0 += g) {
+      const int count = std::min(g, s.batch - n0);
+      const int columns = count * plane;
+      float* col = workspace;
+      float* grad_out = workspace + static_cast<std::size_t>(rows) * static_cast<std::size_t>(g) * plane;
+      // dy of the group as [out_channels x (image, pixel)], and the bias gradient.
+      for (int i = 0; i < count; ++i)
+        for (int oc = 0; oc < s.out_channels; ++oc) {
+          const float* src = dy + (n0 + i) * out_image + static_cast<std::size_t>(oc) * plane;
+          float* dst = grad_out + static_cast<std::size_t>(oc) * columns + static_cast<std::size_t>(i) * plane;
+          float sum = 0.0f;
+          for (int p = 0; p < plane; ++p) {
+            dst[p] = src[p];
+            sum += src[p];
+          }
+          dbias[oc] += sum;
+        }
+      for (int i = 0; i < count; ++i) im2col(s, x + (n0 + i) * in_image, col, columns, i * plane);
+      // dw (+)= dy_group * col^T
+      gemm(false, true, s.out_channels, rows, columns, 1.0f, grad_out, col, n0 == 0 ? 0.0f : 1.0f, dw);
+      if (!dx) continue;
+      // dcol = w^T * dy_group, scattered back into dx (col is free to reuse now).
+      gemm(true, false, rows, columns, s.out_channels, 1.0f, w, grad_out, 0.0f, col);
+      for (int i = 0; i < count; ++i) col2im_add(s, col, columns, i * plane, dx + (n0 + i) * in_image);
+    }
+  }
+
+  void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override {
+    const int oh = s.out_height(), ow = s.out_width();
+    const std::size_t planes = static_cast<std::size_t>(s.batch) * s.channels;
+    for (std::size_t pl = 0; pl < planes; ++pl) {
+      const float* in = x + pl * s.height * s.width;
+      const std::size_t base = pl * static_cast<std::size_t>(s.height) * s.width;
+      for (int r = 0; r < oh; ++r)
+        for (int c = 0; c < ow; ++c) {
+          float best = -std::numeric_limits<float>::infinity();
+          int at = (r * s.stride) * s.width + c * s.stride;
+          for (int i = 0; i < s.window; ++i)
+            for (int j = 0; j < s.window; ++j) {
+              const int idx = (r * s.stride + i) * s.width + (c * s.stride + j);
+              if (in[idx] > best) {  // first maximum wins, as in torch
+                best = in[idx];
+                at = idx;
+              }
+            }
+          const std::size_t o = pl * static_cast<std::size_t>(oh) * ow + static_cast<std::size_t>(r) * ow + c;
+          y[o] = best;
+          argmax[o] = static_cast<std::int32_t>(base + static_cast<std::size_t>(at));
+        }
+    }
+  }
+
+  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) override {
+    const std::size_t inputs = static_cast<std::size_t>(s.batch) * s.channels * s.height * s.width;
+    const std::size_t outputs = static_cast<std::size_t>(s.batch) * s.channels * s.out_height() * s.out_width();
+    std::fill(dx, dx + inputs, 0.0f);
+    for (std::size_t o = 0; o < outputs; ++o) dx[argmax[o]] += dy[o];
+  }
+
+  LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                                 float* dlogits, float grad_scale) override {
+    LossSums sums;
+    for (int r = 0; r < rows; ++r) {
+      const float* z = logits + static_cast<std::size_t>(r) * classes;
+      const int label = labels[r];
+      DRT_ASSERT(label >= 0 && label < classes, "label out of range");
+      int best = 0;
+      for (int j = 1; j < classes; ++j)
+        if (z[j] > z[best]) best = j;
+      double total = 0.0;
+      for (int j = 0; j < classes; ++j) total += std::exp(static_cast<double>(z[j] - z[best]));
+      sums.loss += std::log(total) - static_cast<double>(z[label] - z[best]);
+      sums.correct += best == label;
+      if (!dlogits) continue;
+      float* d = dlogits + static_cast<std::size_t>(r) * classes;
+      for (int j = 0; j < classes; ++j) {
+        const double p = std::exp(static_cast<double>(z[j] - z[best])) / total;
+        d[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * grad_scale);
+      }
+    }
+    return sums;
+  }
+
+  void axpby(float a, const float* x, float b, float* y, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+void set_blas_threads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+int blas_threads() { return openblas_get_num_threads(); }
+
+}  // namespace drt::backend

@@ -1,0 +1,87 @@
+#include "drtrain/nn/network.hpp"
+
+#include <algorithm>
+
+#include "drtrain/core/error.hpp"
+
+namespace drt::nn {
+
+Network::Network(const ModelSpec& spec, backend::Backend& device, int max_batch)
+    : spec_(spec), device_(device), max_batch_(max_batch), layers_(spec.make_layers()) {
+  TensorShape shape = spec.input();
+  shape.n = max_batch;
+  std::size_t largest = shape.size();
+  acts_.push_back(nullptr);  // the input: the caller's buffer
+  for (auto& layer : layers_) {
+    shapes_.push_back(shape);
+    layer->prepare(device, shape);
+    shape = layer->output_shape(shape);
+    largest = std::max(largest, shape.size());
+    if (layer->in_place() && acts_.back()) {
+      acts_.push_back(acts_.back());
+    } else {
+      storage_.push_back(device.allocate_floats(shape.size()));
+      acts_.push_back(storage_.back().floats());
+    }
+  }
+  shapes_.push_back(shape);
+  grad_a_ = device.allocate_floats(largest);
+  grad_b_ = device.allocate_floats(largest);
+}
+
+void Network::bind(const float* params, float* grads) {
+  grads_ = grads;
+  std::size_t offset = 0;
+  for (auto& layer : layers_) {
+    layer->bind(params + offset, grads + offset);
+    for (const ParamSpec& p : layer->params()) {
+      std::size_t count = 1;
+      for (auto d : p.shape) count *= static_cast<std::size_t>(d);
+      offset += count;
+    }
+  }
+}
+
+void Network::forward(const float* x, int n) {
+  DRT_ASSERT(n >= 1 && n <= max_batch_, "batch larger than the network was prepared for");
+  // The first layer reads the caller's buffer (never writes it: the constructor gives an in-place
+  // first layer a buffer of its own).
+  acts_[0] = const_cast<float*>(x);
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    TensorShape in = shapes_[i];
+    in.n = n;
+    float* y = acts_[i + 1];
+    if (layers_[i]->in_place() && acts_[i + 1] == acts_[i]) y = acts_[i];
+    layers_[i]->forward(device_, in, acts_[i], y);
+  }
+}
+
+backend::LossSums Network::train(const float* x, const std::int32_t* labels, int n, float grad_scale) {
+  const std::size_t total = spec_.layout().total();
+  if (n == 0) {
+    std::vector<float> zeros(total, 0.0f);
+    device_.copy_from_host(grads_, zeros.data(), total * sizeof(float));
+    return {};
+  }
+  forward(x, n);
+  const int classes = spec_.classes();
+  float* dy = grad_a_.floats();
+  float* dx = grad_b_.floats();
+  const backend::LossSums sums = device_.softmax_cross_entropy(acts_.back(), labels, n, classes, dy, grad_scale);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    TensorShape in = shapes_[i];
+    in.n = n;
+    float* target = i == 0 ? nullptr : (layers_[i]->in_place() ? dy : dx);
+    layers_[i]->backward(device_, in, acts_[i], acts_[i + 1], dy, target);
+    if (target && target != dy) std::swap(dy, dx);
+  }
+  return sums;
+}
+
+backend::LossSums Network::evaluate(const float* x, const std::int32_t* labels, int n) {
+  if (n == 0) return {};
+  forward(x, n);
+  return device_.softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), nullptr, 0.0f);
+}
+
+}  // namespace drt::nn

@@ -1,0 +1,46 @@
+// Job (internal): what every rank knows about a run once it is set up, and the two halves of a
+// run (the PS side in trainer.cpp, the worker loop in worker_loop.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "drtrain/comm/topology.hpp"
+#include "drtrain/data/dataset.hpp"
+#include "drtrain/nn/model_spec.hpp"
+#include "drtrain/optim/optimizer.hpp"
+#include "drtrain/ps/shard_plan.hpp"
+#include "drtrain/train/train_config.hpp"
+
+namespace drt::train {
+
+class Reporter;
+
+struct Job {
+  const TrainConfig& config;
+  const comm::Topology& topo;
+  nn::ModelSpec spec;
+  ps::ShardPlan plan;
+  optim::OptimizerConfig optimizer;  // with the schedule's total steps resolved
+  int train_count = 0;
+  int test_count = 0;
+  int steps_per_epoch = 0;
+  std::int64_t total_steps = 0;
+  int blas_threads = 1;
+};
+
+// What a rank measured, gathered at the end for the summary.
+struct RankReport {
+  double wall_s = 0.0;    // from the start of training to the end
+  double cpu_s = 0.0;     // process CPU time over the same span
+  double busy_s = 0.0;    // PS: applying and publishing; worker: compute + exchange
+  double test_accuracy = 0.0, test_loss = 0.0, samples_per_s = 0.0;  // chief only
+};
+
+// The worker's side of the run; datasets are loaded (train, test). When final_params is not
+// null it receives the parameters after the last step.
+RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
+                      std::vector<float>* final_params);
+
+}  // namespace drt::train

@@ -1,0 +1,133 @@
+#include "drtrain/train/train_config.hpp"
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "drtrain/config.hpp"
+#include "drtrain/core/choices.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+#include "drtrain/nn/model_spec.hpp"
+
+namespace drt::train {
+namespace {
+
+po::options_description training_options(TrainConfig& c, std::string& config_file) {
+  po::options_description d("Training");
+  d.add_options()
+      ("config", po::value<std::string>(&config_file), "INI file with any of these options (key = value); "
+       "the command line wins")
+      ("model", po::value<std::string>(&c.model)->default_value(c.model), "mlp | cnn | mlp:784-H1-...-10")
+      ("dataset", po::value<std::string>(&c.dataset)->default_value(c.dataset), "fashion-mnist | synthetic")
+      ("data-dir", po::value<std::string>(&c.data_dir)->default_value(c.data_dir),
+       "directory with the Fashion-MNIST IDX .gz files (Debian package dataset-fashion-mnist)")
+      ("synthetic-train", po::value<int>(&c.synthetic_train)->default_value(c.synthetic_train),
+       "training images of --dataset synthetic")
+      ("synthetic-test", po::value<int>(&c.synthetic_test)->default_value(c.synthetic_test),
+       "test images of --dataset synthetic")
+      ("epochs", po::value<int>(&c.epochs)->default_value(c.epochs), "passes over the training set")
+      ("max-steps", po::value<std::int64_t>(&c.max_steps)->default_value(c.max_steps),
+       "stop after this many steps (0: no limit)")
+      ("batch-size", po::value<int>(&c.batch_size)->default_value(c.batch_size),
+       "global batch = workers x towers x per-tower batch")
+      ("towers", po::value<int>(&c.towers)->default_value(c.towers), "model replicas per worker")
+      ("seed", po::value<std::uint64_t>(&c.seed)->default_value(c.seed), "initial weights and data order")
+      ("metrics", po::value<std::string>(&c.metrics)->default_value(c.metrics),
+       "write JSON lines (progress, evaluation, summary) to this file")
+      ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
+      ("threads", po::value<int>(&c.threads)->default_value(c.threads),
+       "BLAS threads per worker (0: cores on the node / workers on the node)")
+      ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch");
+  return d;
+}
+
+const char* kVersionText = "drtrain " DRT_VERSION_STRING " (CUDA backend: " 
+#if DRT_HAVE_CUDA
+    "built"
+#else
+    "not built"
+#endif
+    ")";
+
+}  // namespace
+
+void TrainConfig::validate() const {
+  nn::ModelSpec::parse(model);
+  if (dataset != "fashion-mnist" && dataset != "synthetic")
+    throw ConfigError(str("unknown --dataset '", dataset, "'; choices: fashion-mnist, synthetic"));
+  if (synthetic_train < 1 || synthetic_test < 0)
+    throw ConfigError("--synthetic-train must be >= 1 and --synthetic-test >= 0");
+  if (epochs < 1) throw ConfigError(str("--epochs must be at least 1 (got ", epochs, ")"));
+  if (max_steps < 0) throw ConfigError(str("--max-steps must be >= 0 (got ", max_steps, ")"));
+  if (batch_size < 1) throw ConfigError(str("--batch-size must be at least 1 (got ", batch_size, ")"));
+  if (towers < 1) throw ConfigError(str("--towers must be at least 1 (got ", towers, ")"));
+  if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
+  if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
+  exchange.validate();
+  optim::OptimizerConfig check = optimizer;
+  if (check.schedule.total_steps == 0) check.schedule.total_steps = check.schedule.warmup_steps + 1;  // set per run
+  check.validate();
+}
+
+std::string TrainConfig::to_ini() const {
+  std::ostringstream o;
+  o << "# drtrain configuration (drtrain --print-config); load with --config FILE\n"
+    << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir
+    << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
+    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
+    << "\nseed = " << seed << "\nmetrics = " << metrics << "\nlog-every = " << log_every << "\nthreads = " << threads
+    << "\neval = " << (eval ? "true" : "false")
+    << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps << "\nps-placement = " << comm::to_string(layout.placement)
+    << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
+    << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
+    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << exchange.hang_timeout_s
+    << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
+    << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")
+    << "\nbeta1 = " << optimizer.beta1 << "\nbeta2 = " << optimizer.beta2 << "\neps = " << optimizer.eps
+    << "\nweight-decay = " << optimizer.weight_decay << "\nlr-schedule = " << optim::to_string(optimizer.schedule.kind)
+    << "\nwarmup-steps = " << optimizer.schedule.warmup_steps << "\nlr-decay-steps = " << optimizer.schedule.decay_steps
+    << "\nlr-decay-rate = " << optimizer.schedule.decay_rate << "\nmin-lr = " << optimizer.schedule.min_lr << "\n";
+  return o.str();
+}
+
+std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print) {
+  TrainConfig c;
+  std::string config_file;
+  po::options_description general("General");
+  general.add_options()("help,h", "show this help and exit")("version", "show the version and exit")
+      ("print-config", "print the resolved configuration as an INI file and exit");
+  po::options_description all("drtrain: synchronous data-parallel training with sharded parameter servers over MPI RMA\n"
+                              "usage: mpirun -n N drtrain [options]");
+  all.add(general).add(training_options(c, config_file)).add(layout_options(c.layout))
+      .add(exchange_options(c.exchange)).add(optimizer_options(c.optimizer));
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream file(path);
+      if (!file) throw ConfigError(str("--config ", path, ": cannot open the file"));
+      po::store(po::parse_config_file(file, all), vm);  // values already set by the command line stay
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(str(e.what(), "; see --help"));
+  }
+  if (vm.count("help")) {
+    if (print) std::cout << all << "\n";
+    return std::nullopt;
+  }
+  if (vm.count("version")) {
+    if (print) std::cout << kVersionText << "\n";
+    return std::nullopt;
+  }
+  c.validate();
+  if (vm.count("print-config")) {
+    if (print) std::cout << c.to_ini();
+    return std::nullopt;
+  }
+  return c;
+}
+
+}  // namespace drt::train

@@ -1,0 +1,184 @@
+// run_training: setup common to every rank, the PS side of the run, and the final report.
+#include "drtrain/train/trainer.hpp"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "drtrain/backend/backend.hpp"
+#include "drtrain/config.hpp"
+#include "drtrain/data/epoch_plan.hpp"
+#include "drtrain/comm/agreement.hpp"
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/clock.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+#include "drtrain/ps/server.hpp"
+#include "job.hpp"
+#include "reporter.hpp"
+
+namespace drt::train {
+namespace {
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+int cores_available() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// BLAS threads per worker: --threads, or the node's cores shared by the node's workers. PS
+// ranks are not counted: they sleep while workers compute (measured: see bench/RESULTS.md).
+int choose_blas_threads(const TrainConfig& c, const comm::Topology& topo) {
+  int workers_here = topo.is_worker() ? 1 : 0;
+  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &workers_here, 1, MPI_INT, MPI_SUM, topo.node_comm().get()));
+  if (c.threads > 0) return c.threads;
+  return std::max(1, cores_available() / std::max(1, workers_here));
+}
+
+struct Datasets {
+  std::optional<data::Dataset> train, test;
+};
+
+// Workers load the data; a failure on any rank becomes the same ConfigError everywhere.
+Datasets load_data(const TrainConfig& c, const comm::Topology& topo) {
+  Datasets d;
+  std::optional<std::string> error;
+  try {
+    if (topo.is_worker()) {
+      if (c.dataset == "synthetic") {
+        d.train = data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed);
+        d.test = data::make_synthetic(c.synthetic_test, 28, 28, 10, c.seed + 1);
+      } else {
+        d.train = data::load_fashion_mnist(c.data_dir, true);
+        d.test = data::load_fashion_mnist(c.data_dir, false);
+      }
+    }
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  comm::raise_if_any(topo.world(), error);
+  return d;
+}
+
+Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d) {
+  Job job{c, topo, nn::ModelSpec::parse(c.model), ps::ShardPlan::balanced(0, 1), c.optimizer};
+  job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
+  int counts[2] = {d.train ? d.train->count : 0, d.test ? d.test->count : 0};
+  const int chief = topo.worker_world_ranks().front();
+  DRT_MPI_CHECK(MPI_Bcast(counts, 2, MPI_INT, chief, MPI_COMM_WORLD));
+  job.train_count = counts[0];
+  job.test_count = counts[1];
+  // Validates the batch against workers x towers on every rank (ConfigError alike everywhere).
+  const data::EpochPlan plan(job.train_count, c.batch_size, topo.num_workers(), c.towers, c.seed, 0);
+  job.steps_per_epoch = plan.steps();
+  job.total_steps = static_cast<std::int64_t>(job.steps_per_epoch) * c.epochs;
+  if (c.max_steps > 0) job.total_steps = std::min(job.total_steps, c.max_steps);
+  if (job.optimizer.schedule.total_steps == 0) job.optimizer.schedule.total_steps = job.total_steps;
+  job.optimizer.validate();
+  job.blas_threads = choose_blas_threads(c, topo);
+  return job;
+}
+
+void print_setup(const Job& job, Reporter& out) {
+  const TrainConfig& c = job.config;
+  const int w = job.topo.num_workers();
+  out.line(str("drtrain ", DRT_VERSION_STRING, ": ", job.topo.describe()));
+  out.line(str("model ", job.spec.describe()));
+  out.line(str("data ", c.dataset == "synthetic" ? "synthetic" : c.data_dir, ": ", job.train_count, " train, ",
+               job.test_count, " test images; pixels / 255"));
+  out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ", c.batch_size / (w * c.towers),
+               "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps, " steps in all; BLAS threads per worker ",
+               job.blas_threads));
+  out.line(str("optimizer ", job.optimizer.describe()));
+  out.line(str("exchange ", c.exchange.describe()));
+  std::string plan = job.plan.describe(job.spec.layout());
+  if (!plan.empty() && plan.back() == '\n') plan.pop_back();
+  out.line(plan);
+  out.line(ps::describe_ps_memory(job.plan, w, c.exchange, job.optimizer));
+}
+
+RankReport run_ps(const Job& job) {
+  ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer);
+  server.start();
+  const double wall0 = now_seconds(), cpu0 = cpu_seconds();
+  server.serve();
+  RankReport r;
+  r.wall_s = now_seconds() - wall0;
+  r.cpu_s = cpu_seconds() - cpu0;
+  r.busy_s = server.stats().apply_s + server.stats().publish_s;
+  return r;
+}
+
+// Every rank's report to the chief, which prints how busy the PS were and the summary.
+void final_report(const Job& job, const RankReport& mine, double wall_s, Reporter& out) {
+  const comm::Topology& topo = job.topo;
+  const int chief = topo.worker_world_ranks().front();
+  std::vector<RankReport> all(static_cast<std::size_t>(topo.world_size()));
+  DRT_MPI_CHECK(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, chief, MPI_COMM_WORLD));
+  if (!out.active()) return;
+  double ps_cpu_fraction = 0.0;
+  for (int p = 0; p < topo.num_ps(); ++p) {
+    const RankReport& r = all[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
+    const double fraction = r.wall_s > 0 ? r.cpu_s / r.wall_s : 0.0;
+    ps_cpu_fraction = std::max(ps_cpu_fraction, fraction);
+    out.line(str(topo.ps_name(p), ": CPU ", r.cpu_s, " s of ", r.wall_s, " s wall (", 100.0 * fraction,
+                 "%), applying and publishing ", r.busy_s, " s"));
+  }
+  const RankReport& c = all[static_cast<std::size_t>(chief)];
+  out.summary(JsonLine()
+                  .add("summary", true)
+                  .add("model", job.config.model)
+                  .add("dataset", job.config.dataset)
+                  .add("test_accuracy", c.test_accuracy)
+                  .add("test_loss", c.test_loss)
+                  .add("samples_per_s", c.samples_per_s)
+                  .add("wall_s", wall_s)
+                  .add("steps", job.total_steps)
+                  .add("ranks", topo.world_size())
+                  .add("ps", topo.num_ps())
+                  .add("workers", topo.num_workers())
+                  .add("towers", job.config.towers)
+                  .add("batch_size", job.config.batch_size)
+                  .add("ps_cpu_fraction", ps_cpu_fraction));
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& config, TrainOutputs* outputs) {
+  const double start = now_seconds();
+  const comm::Topology topo = comm::Topology::create(config.layout.num_ps, config.layout.placement);
+  comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
+  const Datasets datasets = load_data(config, topo);
+  const Job job = make_job(config, topo, datasets);
+  std::optional<Reporter> reporter;
+  std::optional<std::string> error;
+  try {
+    reporter.emplace(topo.is_chief(), config.metrics);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  comm::raise_if_any(topo.world(), error);
+  backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
+  print_setup(job, *reporter);
+  const RankReport mine =
+      topo.is_ps() ? run_ps(job)
+                   : run_worker(job, *datasets.train, *datasets.test, *reporter, outputs ? &outputs->final_params : nullptr);
+  if (outputs) {
+    outputs->test_accuracy = mine.test_accuracy;
+    outputs->test_loss = mine.test_loss;
+  }
+  final_report(job, mine, now_seconds() - start, *reporter);
+  return 0;
+}
+
+}  // namespace drt::train

@@ -1,0 +1,236 @@
+// The worker's side of a run: the training loop over the PS exchange, progress reporting and
+// evaluation. Every worker runs the same number of steps and reaches the same reporting points,
+// so the reductions over the worker communicator line up without extra coordination.
+#include <time.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/clock.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+#include "drtrain/data/batch_loader.hpp"
+#include "drtrain/ps/worker_exchange.hpp"
+#include "drtrain/train/towers.hpp"
+#include "job.hpp"
+#include "reporter.hpp"
+
+namespace drt::train {
+namespace {
+
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Seconds per phase of a step, summed over the steps of a reporting interval.
+struct Phases {
+  double data = 0, compute = 0, combine = 0, push = 0, wait = 0, pull = 0;
+  static constexpr int kCount = 6;
+  double* values() { return &data; }
+  double total() const { return data + compute + combine + push + wait + pull; }
+};
+
+// Loss, correct predictions and samples over an interval (or an evaluation).
+struct Tally {
+  double loss = 0, correct = 0, samples = 0;
+  double* values() { return &loss; }
+};
+
+std::string clock_text(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  return buf;
+}
+
+class WorkerLoop {
+ public:
+  WorkerLoop(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& out)
+      : job_(job),
+        topo_(job.topo),
+        out_(out),
+        towers_(make_cpu_towers(job.spec, job.config.towers,
+                                job.config.batch_size / (topo_.num_workers() * job.config.towers))),
+        exchange_(topo_, job.plan, job.config.exchange),
+        train_(train),
+        test_part_(test_slice(test)) {}
+
+  void copy_parameters(std::vector<float>& out) {
+    const float* p = towers_->parameter_staging();
+    out.assign(p, p + job_.plan.total());
+  }
+
+  RankReport run() {
+    start_parameters();
+    data::LoaderConfig lc;
+    lc.global_batch = job_.config.batch_size;
+    lc.workers = topo_.num_workers();
+    lc.worker = topo_.role_index();
+    lc.towers = job_.config.towers;
+    lc.seed = job_.config.seed;
+    lc.total_steps = job_.total_steps;
+    data::BatchLoader loader(train_, lc);
+    const double wall0 = now_seconds(), cpu0 = cpu_seconds();
+    interval_start_ = wall0;
+    bool evaluated_last = false;
+    for (std::int64_t step = 0; step < job_.total_steps; ++step) {
+      const data::WorkerBatch batch = loader.next();
+      phases_.data += loader.take_wait_seconds();
+      train_step(batch, step);
+      const bool epoch_end = batch.step_in_epoch + 1 == batch.steps_in_epoch;
+      if ((step + 1) % job_.config.log_every == 0 || epoch_end || step + 1 == job_.total_steps)
+        report_interval(step, batch);
+      evaluated_last = epoch_end && job_.config.eval;
+      if (evaluated_last) evaluate(step, batch.epoch);
+    }
+    if (!evaluated_last) evaluate(job_.total_steps - 1, -1);
+    exchange_.finish();
+    RankReport r;
+    r.wall_s = now_seconds() - wall0;
+    r.cpu_s = cpu_seconds() - cpu0;
+    r.busy_s = busy_s_;
+    r.test_accuracy = last_eval_.samples > 0 ? last_eval_.correct / last_eval_.samples : 0.0;
+    r.test_loss = last_eval_.samples > 0 ? last_eval_.loss / last_eval_.samples : 0.0;
+    r.samples_per_s = r.wall_s > 0 ? static_cast<double>(samples_trained_) / r.wall_s : 0.0;
+    return r;
+  }
+
+ private:
+  // This worker's contiguous part of the test set, converted once.
+  data::TowerBatch test_slice(const data::Dataset& test) const {
+    const int w = topo_.role_index(), workers = topo_.num_workers();
+    const int begin = static_cast<int>(static_cast<std::int64_t>(test.count) * w / workers);
+    const int end = static_cast<int>(static_cast<std::int64_t>(test.count) * (w + 1) / workers);
+    std::vector<int> samples(static_cast<std::size_t>(end - begin));
+    std::iota(samples.begin(), samples.end(), begin);
+    return data::make_tower_batch(test, samples);
+  }
+
+  // The chief initialises the parameters from --seed and uploads them; everyone pulls them.
+  void start_parameters() {
+    float* staging = towers_->parameter_staging();
+    if (topo_.is_chief()) job_.spec.init_params(job_.config.seed, staging);
+    exchange_.start(topo_.is_chief() ? staging : nullptr);
+    exchange_.pull_all(staging);
+    towers_->load_parameters();
+  }
+
+  void train_step(const data::WorkerBatch& batch, std::int64_t step) {
+    // Each tower's gradient is W / B_global * (sum of its losses)': summed over towers and
+    // divided by W on the PS, that is the mean over the global batch, whatever the split.
+    const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
+    double t0 = now_seconds();
+    const backend::LossSums sums = towers_->compute(batch, scale);
+    if (!std::isfinite(sums.loss))
+      throw Error(str(rank_tag(), ": ", topo_.my_name(), ": the training loss is ", sums.loss, " at step ", step,
+                      " (epoch ", batch.epoch + 1, "); the learning rate is probably too high: lower --lr (now ",
+                      job_.optimizer.lr, "), add --warmup-steps, or try --optimizer adam"));
+    double t1 = now_seconds();
+    const float* grad = towers_->combine_gradients();
+    double t2 = now_seconds();
+    const std::size_t n = job_.plan.total();
+    exchange_.push(grad, 0, n).wait();
+    exchange_.finish_push();
+    exchange_.pull(towers_->parameter_staging(), 0, n).wait();
+    towers_->load_parameters();
+    const double t3 = now_seconds();
+    const ps::ExchangeTimes x = exchange_.take_times();
+    phases_.compute += t1 - t0;
+    phases_.combine += (t2 - t1) + std::max(0.0, (t3 - t2) - x.push_s - x.wait_s - x.pull_s);
+    phases_.push += x.push_s;
+    phases_.wait += x.wait_s;
+    phases_.pull += x.pull_s;
+    busy_s_ += t3 - t0;
+    int my_samples = 0;
+    for (const auto& part : batch.towers) my_samples += part.count;
+    tally_.loss += sums.loss;
+    tally_.correct += static_cast<double>(sums.correct);
+    tally_.samples += my_samples;
+    samples_trained_ += batch.global_count;  // counted alike on every worker: the job's samples
+    ++interval_steps_;
+  }
+
+  void report_interval(std::int64_t step, const data::WorkerBatch& batch) {
+    const MPI_Comm workers = topo_.role_comm().get();
+    DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tally_.values(), 3, MPI_DOUBLE, MPI_SUM, workers));
+    DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, phases_.values(), Phases::kCount, MPI_DOUBLE, MPI_MAX, workers));
+    const double now = now_seconds();
+    const double rate = tally_.samples / std::max(1e-9, now - interval_start_);
+    const double eta = static_cast<double>(job_.total_steps - step - 1) * job_.config.batch_size / std::max(rate, 1e-9);
+    const double loss = tally_.loss / std::max(1.0, tally_.samples);
+    const double accuracy = tally_.correct / std::max(1.0, tally_.samples);
+    const double per_step = 1e3 / std::max(1, interval_steps_);
+    out_.line(str("epoch ", batch.epoch + 1, "/", job_.config.epochs, " step ", batch.step_in_epoch + 1, "/",
+                  batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  loss ", loss, "  train acc ",
+                  accuracy, "  ", static_cast<long>(rate), " samples/s  ETA ", clock_text(eta)));
+    out_.record(JsonLine()
+                    .add("step", static_cast<std::int64_t>(step + 1))
+                    .add("epoch", batch.epoch + 1)
+                    .add("loss", loss)
+                    .add("accuracy", accuracy)
+                    .add("samples_per_s", rate)
+                    .add("lr", current_lr(step))
+                    .add_object("ms_per_step", JsonLine()
+                                                   .add("data", phases_.data * per_step)
+                                                   .add("compute", phases_.compute * per_step)
+                                                   .add("tower_combine", phases_.combine * per_step)
+                                                   .add("push", phases_.push * per_step)
+                                                   .add("ps_wait_apply", phases_.wait * per_step)
+                                                   .add("pull", phases_.pull * per_step)));
+    tally_ = {};
+    phases_ = {};
+    interval_steps_ = 0;
+    interval_start_ = now;
+  }
+
+  double current_lr(std::int64_t step) const { return job_.optimizer.schedule.lr_at(job_.optimizer.lr, step); }
+
+  // Test-set loss and accuracy: every worker its slice, summed over the workers.
+  void evaluate(std::int64_t step, int epoch) {
+    const backend::LossSums sums = towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
+    Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
+    DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.values(), 3, MPI_DOUBLE, MPI_SUM, topo_.role_comm().get()));
+    last_eval_ = t;
+    if (t.samples == 0) return;
+    const double accuracy = t.correct / t.samples, loss = t.loss / t.samples;
+    out_.line(str(epoch >= 0 ? str("epoch ", epoch + 1, " ") : std::string("final "), "test: loss ", loss,
+                  "  accuracy ", accuracy, " (", static_cast<long>(t.samples), " images)"));
+    out_.record(JsonLine()
+                    .add("eval", true)
+                    .add("step", static_cast<std::int64_t>(step + 1))
+                    .add("epoch", epoch >= 0 ? epoch + 1 : -1)
+                    .add("test_loss", loss)
+                    .add("test_accuracy", accuracy));
+  }
+
+  const Job& job_;
+  const comm::Topology& topo_;
+  Reporter& out_;
+  std::unique_ptr<Towers> towers_;
+  ps::WorkerExchange exchange_;
+  const data::Dataset& train_;
+  data::TowerBatch test_part_;
+  Phases phases_;
+  Tally tally_, last_eval_;
+  int interval_steps_ = 0;
+  double interval_start_ = 0.0;
+  double busy_s_ = 0.0;
+  std::int64_t samples_trained_ = 0;
+};
+
+}  // namespace
+
+RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
+                      std::vector<float>* final_params) {
+  WorkerLoop loop(job, train, test, reporter);
+  const RankReport report = loop.run();
+  if (final_params) loop.copy_parameters(*final_params);
+  return report;
+}
+
+}  // namespace drt::train
