@@ -16,5 +16,28 @@ find_package(BLAS REQUIRED)
 find_path(DRT_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas x86_64-linux-gnu/openblas-pthread
           REQUIRED)
 
+# oneDNN (Debian: libdnnl-dev) for CPU convolutions; without it drtrain uses im2col + GEMM.
+# Found by hand: Debian's dnnl-config.cmake insists on OpenCL, which drtrain does not use.
+find_path(DRT_DNNL_INCLUDE_DIR dnnl.hpp)
+find_library(DRT_DNNL_LIBRARY dnnl)
+set(_drt_dnnl_found OFF)
+if(DRT_DNNL_INCLUDE_DIR AND DRT_DNNL_LIBRARY)
+  set(_drt_dnnl_found ON)
+endif()
+option(DRT_ENABLE_ONEDNN "Use oneDNN for CPU convolutions" ${_drt_dnnl_found})
+set(DRT_HAVE_ONEDNN 0)
+if(DRT_ENABLE_ONEDNN)
+  if(NOT _drt_dnnl_found)
+    message(FATAL_ERROR "DRT_ENABLE_ONEDNN=ON but oneDNN was not found; apt-get install libdnnl-dev "
+                        "or configure with -DDRT_ENABLE_ONEDNN=OFF")
+  endif()
+  find_package(OpenMP REQUIRED COMPONENTS CXX)  # oneDNN's CPU runtime; drtrain sets its threads
+  add_library(drt_dnnl INTERFACE)
+  target_include_directories(drt_dnnl INTERFACE ${DRT_DNNL_INCLUDE_DIR})
+  target_link_libraries(drt_dnnl INTERFACE ${DRT_DNNL_LIBRARY} OpenMP::OpenMP_CXX)
+  set(DRT_HAVE_ONEDNN 1)
+endif()
+message(STATUS "drtrain: oneDNN convolutions ${DRT_ENABLE_ONEDNN}")
+
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)

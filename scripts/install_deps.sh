@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools      # parallel HDF5 (checkpoints), h5ls/h5dump
   libboost-program-options-dev        # CLI
   libopenblas-dev                     # GEMM on CPU
+  libdnnl-dev                         # oneDNN: CPU convolutions
   libgtest-dev                        # tests
   zlib1g-dev                          # gzip'd IDX files
   python3 python3-h5py python3-numpy  # checkpoint tests read files with h5py

@@ -1,6 +1,7 @@
-// The CPU backend. GEMMs go to OpenBLAS (cblas_sgemm, threads set per process); convolution is
-// im2col + GEMM over groups of images (chosen against oneDNN and PyTorch by measurement, see
-// bench/RESULTS.md); everything else is plain loops the compiler vectorises.
+// The CPU backend. GEMMs go to OpenBLAS (cblas_sgemm, threads set per process); convolution to
+// oneDNN (onednn_conv.hpp) when built with it, else im2col + GEMM over groups of images (chosen
+// by measuring both against PyTorch, see bench/RESULTS.md); everything else is plain loops the
+// compiler vectorises.
 #include <cblas.h>
 
 #include <algorithm>
@@ -11,8 +12,14 @@
 #include <new>
 
 #include "drtrain/backend/backend.hpp"
+#include "drtrain/config.hpp"
 #include "drtrain/core/error.hpp"
 #include "im2col.hpp"
+#if DRT_HAVE_ONEDNN
+#include <omp.h>
+
+#include "onednn_conv.hpp"
+#endif
 
 namespace drt::backend {
 namespace {
@@ -30,7 +37,14 @@ int group_size(const Conv2dShape& s) {
 
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuBackend(bool onednn) {
+#if DRT_HAVE_ONEDNN
+    if (onednn) onednn_ = std::make_unique<OneDnnConv>();
+#else
+    (void)onednn;
+#endif
+  }
+  std::string name() const override { return onednn() ? "cpu (oneDNN conv)" : "cpu (im2col conv)"; }
 
   DeviceBuffer allocate(std::size_t bytes) override {
     if (bytes == 0) return DeviceBuffer(this, nullptr, 0);
@@ -76,6 +90,7 @@ class CpuBackend final : public Backend {
   }
 
   std::size_t conv2d_workspace_floats(const Conv2dShape& s) const override {
+    if (onednn()) return 0;  // oneDNN keeps its own buffers per shape
     const std::size_t g = static_cast<std::size_t>(group_size(s));
     const std::size_t plane = static_cast<std::size_t>(s.out_height()) * s.out_width();
     const std::size_t rows = static_cast<std::size_t>(s.in_channels) * s.kernel * s.kernel;
@@ -84,6 +99,9 @@ class CpuBackend final : public Backend {
 
   void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
                       float* workspace) override {
+#if DRT_HAVE_ONEDNN
+    if (onednn_) return onednn_->forward(s, x, w, bias, y);
+#endif
     const int g = group_size(s);
     const int plane = s.out_height() * s.out_width();
     const int rows = s.in_channels * s.kernel * s.kernel;
@@ -108,6 +126,9 @@ class CpuBackend final : public Backend {
 
   void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw,
                        float* dbias, float* dx, float* workspace) override {
+#if DRT_HAVE_ONEDNN
+    if (onednn_) return onednn_->backward(s, x, w, dy, dw, dbias, dx);
+#endif
     const int g = group_size(s);
     const int plane = s.out_height() * s.out_width();
     const int rows = s.in_channels * s.kernel * s.kernel;
@@ -145,9 +166,35 @@ class CpuBackend final : public Backend {
   void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override {
     const int oh = s.out_height(), ow = s.out_width();
     const std::size_t planes = static_cast<std::size_t>(s.batch) * s.channels;
+    const std::size_t in_plane = static_cast<std::size_t>(s.height) * s.width;
     for (std::size_t pl = 0; pl < planes; ++pl) {
-      const float* in = x + pl * s.height * s.width;
-      const std::size_t base = pl * static_cast<std::size_t>(s.height) * s.width;
+      const float* in = x + pl * in_plane;
+      float* out = y + pl * static_cast<std::size_t>(oh) * ow;
+      std::int32_t* arg = argmax + pl * static_cast<std::size_t>(oh) * ow;
+      const auto base = static_cast<std::int32_t>(pl * in_plane);
+      if (s.window == 2 && s.stride == 2) {
+        // The common case: branch-free selects (random data would defeat the branch predictor).
+        // The first maximum in row-major window order wins, as in torch.
+        const int w = s.width;
+        for (int r = 0; r < oh; ++r) {
+          const float* top = in + static_cast<std::size_t>(2 * r) * w;
+          const float* bottom = top + w;
+          const std::int32_t row = base + 2 * r * w;
+          float* o = out + static_cast<std::size_t>(r) * ow;
+          std::int32_t* a = arg + static_cast<std::size_t>(r) * ow;
+          for (int c = 0; c < ow; ++c) {
+            const float t0 = top[2 * c], t1 = top[2 * c + 1], b0 = bottom[2 * c], b1 = bottom[2 * c + 1];
+            const bool right_top = t1 > t0, right_bottom = b1 > b0;
+            const float upper = right_top ? t1 : t0, lower = right_bottom ? b1 : b0;
+            const std::int32_t upper_at = 2 * c + (right_top ? 1 : 0);
+            const std::int32_t lower_at = w + 2 * c + (right_bottom ? 1 : 0);
+            const bool take_lower = lower > upper;
+            o[c] = take_lower ? lower : upper;
+            a[c] = row + (take_lower ? lower_at : upper_at);
+          }
+        }
+        continue;
+      }
       for (int r = 0; r < oh; ++r)
         for (int c = 0; c < ow; ++c) {
           float best = -std::numeric_limits<float>::infinity();
@@ -155,14 +202,13 @@ class CpuBackend final : public Backend {
           for (int i = 0; i < s.window; ++i)
             for (int j = 0; j < s.window; ++j) {
               const int idx = (r * s.stride + i) * s.width + (c * s.stride + j);
-              if (in[idx] > best) {  // first maximum wins, as in torch
+              if (in[idx] > best) {
                 best = in[idx];
                 at = idx;
               }
             }
-          const std::size_t o = pl * static_cast<std::size_t>(oh) * ow + static_cast<std::size_t>(r) * ow + c;
-          y[o] = best;
-          argmax[o] = static_cast<std::int32_t>(base + static_cast<std::size_t>(at));
+          out[r * ow + c] = best;
+          arg[r * ow + c] = base + at;
         }
     }
   }
@@ -185,13 +231,14 @@ class CpuBackend final : public Backend {
       for (int j = 1; j < classes; ++j)
         if (z[j] > z[best]) best = j;
       double total = 0.0;
-      for (int j = 0; j < classes; ++j) total += std::exp(static_cast<double>(z[j] - z[best]));
-      sums.loss += std::log(total) - static_cast<double>(z[label] - z[best]);
+      const double top = z[best];
+      for (int j = 0; j < classes; ++j) total += std::exp(static_cast<double>(z[j]) - top);
+      sums.loss += std::log(total) - (static_cast<double>(z[label]) - top);
       sums.correct += best == label;
       if (!dlogits) continue;
       float* d = dlogits + static_cast<std::size_t>(r) * classes;
       for (int j = 0; j < classes; ++j) {
-        const double p = std::exp(static_cast<double>(z[j] - z[best])) / total;
+        const double p = std::exp(static_cast<double>(z[j]) - top) / total;
         d[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * grad_scale);
       }
     }
@@ -201,13 +248,32 @@ class CpuBackend final : public Backend {
   void axpby(float a, const float* x, float b, float* y, std::size_t n) override {
     for (std::size_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
   }
+
+ private:
+#if DRT_HAVE_ONEDNN
+  bool onednn() const { return onednn_ != nullptr; }
+  std::unique_ptr<OneDnnConv> onednn_;
+#else
+  bool onednn() const { return false; }
+#endif
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+bool onednn_available() { return DRT_HAVE_ONEDNN != 0; }
 
-void set_blas_threads(int threads) { openblas_set_num_threads(std::max(1, threads)); }
+std::unique_ptr<Backend> make_cpu_backend(CpuConv conv) {
+  if (conv == CpuConv::kOneDnn && !onednn_available())
+    throw Error("this drtrain was built without oneDNN (Debian: libdnnl-dev); its CPU convolution is im2col + GEMM");
+  return std::make_unique<CpuBackend>(conv == CpuConv::kOneDnn || (conv == CpuConv::kAuto && onednn_available()));
+}
+
+void set_blas_threads(int threads) {
+  openblas_set_num_threads(std::max(1, threads));
+#if DRT_HAVE_ONEDNN
+  omp_set_num_threads(std::max(1, threads));
+#endif
+}
 int blas_threads() { return openblas_get_num_threads(); }
 
 }  // namespace drt::backend

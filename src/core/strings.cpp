@@ -31,7 +31,7 @@ long long parse_count(const std::string& text, const std::string& what) {
   std::size_t used = 0;
   long long value = -1;
   try {
-    value = std::stoll(text, &used);
+    if (!text.empty() && text[0] >= '0' && text[0] <= '9') value = std::stoll(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }

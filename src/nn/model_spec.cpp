@@ -13,6 +13,8 @@ namespace {
 const char* kModelChoices = "mlp, cnn, or mlp:784-H1-...-10 (e.g. mlp:784-1024-10)";
 
 std::vector<int> parse_sizes(const std::string& text, const std::string& whole) {
+  if (text.empty() || text.back() == '-')
+    throw ConfigError(str("--model '", whole, "': the layer sizes end with '-'; e.g. mlp:784-1024-10"));
   std::vector<int> sizes;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, '-');) {
@@ -36,9 +38,9 @@ ModelSpec ModelSpec::parse(const std::string& text) {
   spec.name_ = text;
   if (text == "mlp" || text.rfind("mlp:", 0) == 0) {
     const std::vector<int> sizes = parse_sizes(text == "mlp" ? "784-512-256-10" : text.substr(4), text);
-    if (sizes.size() < 2 || sizes.front() != 784)
-      throw ConfigError(str("--model '", text, "': an MLP needs at least an input and an output size, and takes "
-                            "784 inputs (28x28 images); e.g. mlp:784-1024-10"));
+    if (sizes.size() < 2 || sizes.front() != 784 || sizes.back() != 10)
+      throw ConfigError(str("--model '", text, "': an MLP takes 784 inputs (28x28 images) and gives 10 outputs "
+                            "(Fashion-MNIST's classes); e.g. mlp:784-1024-10"));
     spec.classes_ = sizes.back();
     for (std::size_t i = 1; i < sizes.size(); ++i) {
       spec.layers_.push_back({str("fc", i), "linear", {sizes[i - 1], sizes[i]}});

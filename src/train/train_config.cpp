@@ -38,7 +38,7 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
-      ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch");
+      ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end");
   return d;
 }
 

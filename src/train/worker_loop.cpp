@@ -88,7 +88,7 @@ class WorkerLoop {
       evaluated_last = epoch_end && job_.config.eval;
       if (evaluated_last) evaluate(step, batch.epoch);
     }
-    if (!evaluated_last) evaluate(job_.total_steps - 1, -1);
+    if (!evaluated_last && job_.config.eval) evaluate(job_.total_steps - 1, -1);
     exchange_.finish();
     RankReport r;
     r.wall_s = now_seconds() - wall0;

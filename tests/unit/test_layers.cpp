@@ -15,7 +15,9 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,10 +38,11 @@ using Vec = std::vector<double>;
 using FVec = std::vector<float>;
 using Labels = std::vector<std::int32_t>;
 
-// Forward: a float32 dot product of K terms rounds with an error of about sqrt(K) * 2^-24 times
-// the size of its terms (K <= 3136 here: ~3e-6 at worst, ~1e-7 typically, relative to the output
-// scale). 1e-5 leaves margin for OpenBLAS's summation order, yet any wrong index, missing term or
-// transposition changes entries by O(1) of the scale and fails.
+// Forward: a float32 sum of K products rounds with an error of about sqrt(K) * 2^-24 times a
+// typical term (K * 2^-24 at worst), while the outputs of random data are themselves about
+// sqrt(K) times a typical term: a few 1e-7 of the output scale here (K <= 3136, plus the
+// layers of a network). 1e-5 leaves margin for BLAS/oneDNN summation orders, yet any wrong
+// index, missing term or transposition moves entries by O(1) of the scale and fails.
 constexpr double kForwardTol = 1e-5;
 // Gradients: the float32 backward (one more GEMM of the same kind) against central differences
 // of the float64 reference with step h = 1e-6 * max(1, |v|): truncation error ~h^2 (zero for
@@ -169,10 +172,11 @@ struct ConvDims {
   std::size_t out_size() const { return static_cast<std::size_t>(n) * out * oh() * ow(); }
   std::size_t weights() const { return static_cast<std::size_t>(out) * c * k * k; }
   std::string name() const {
-    return "n" + std::to_string(n) + "c" + std::to_string(c) + "h" + std::to_string(h) + "w" + std::to_string(w) +
-           "o" + std::to_string(out) + "k" + std::to_string(k) + "p" + std::to_string(pad);
+    return "n" + std::to_string(n) + "c" + std::to_string(c) + "h" + std::to_string(h) + "w" + std::to_string(w) + "o" +
+           std::to_string(out) + "k" + std::to_string(k) + "p" + std::to_string(pad);
   }
 };
+void PrintTo(const ConvDims& d, std::ostream* os) { *os << d.name(); }
 
 // y[s,o,r,q] = b[o] + sum_{c,i,j} W[o,c,i,j] * x[s,c,r-pad+i,q-pad+j], x = 0 outside the image;
 // p = W [out x c x k x k], then b. Only output channels [o_begin, o_end) are written.
@@ -188,13 +192,12 @@ void ref_conv(const ConvDims& d, const double* x, const double* p, double* y, in
           for (int j = 0; j < d.k; ++j) {
             const double weight = p[((o * d.c + c) * d.k + i) * d.k + j];
             const double* image = x + (static_cast<std::size_t>(s) * d.c + c) * d.h * d.w;
+            // Output columns q whose input column q - pad + j lies inside [0, w).
+            const int q_begin = std::max(0, d.pad - j), q_end = std::min(ow, d.w + d.pad - j);
             for (int r = 0; r < oh; ++r) {
               const int row = r - d.pad + i;
               if (row < 0 || row >= d.h) continue;
-              for (int q = 0; q < ow; ++q) {
-                const int col = q - d.pad + j;
-                if (col >= 0 && col < d.w) plane[r * ow + q] += weight * image[row * d.w + col];
-              }
+              for (int q = q_begin; q < q_end; ++q) plane[r * ow + q] += weight * image[row * d.w + q - d.pad + j];
             }
           }
     }
@@ -237,6 +240,7 @@ struct PoolDims {
            "win" + std::to_string(window);
   }
 };
+void PrintTo(const PoolDims& d, std::ostream* os) { *os << d.name(); }
 
 // y[s,c,r,q] = max_{i,j < window} x[s,c,r*window+i,q*window+j].
 void ref_maxpool(const PoolDims& d, const double* x, double* y) {
@@ -309,14 +313,15 @@ struct RefAct {
 // The (zeroed) output of `layer` for input `in`.
 RefAct ref_output_shape(const RefLayer& layer, const RefAct& in) {
   RefAct out{in.n, in.c, in.h, in.w, {}};
-  switch (layer.kind) {
-    case RefLayer::kLinear: out.c = layer.out, out.h = out.w = 1; break;
-    case RefLayer::kConv:
-      out.c = layer.out, out.h = in.h + 2 * layer.pad - layer.kernel + 1, out.w = in.w + 2 * layer.pad - layer.kernel + 1;
-      break;
-    case RefLayer::kPool: out.h = in.h / layer.kernel, out.w = in.w / layer.kernel; break;
-    case RefLayer::kFlatten: out.c = in.c * in.h * in.w, out.h = out.w = 1; break;
-    case RefLayer::kRelu: break;
+  if (layer.kind == RefLayer::kLinear) {
+    out = {in.n, layer.out, 1, 1, {}};
+  } else if (layer.kind == RefLayer::kConv) {
+    const int grow = 2 * layer.pad - layer.kernel + 1;
+    out = {in.n, layer.out, in.h + grow, in.w + grow, {}};
+  } else if (layer.kind == RefLayer::kPool) {
+    out = {in.n, in.c, in.h / layer.kernel, in.w / layer.kernel, {}};
+  } else if (layer.kind == RefLayer::kFlatten) {
+    out = {in.n, in.c * in.h * in.w, 1, 1, {}};
   }
   out.v.assign(static_cast<std::size_t>(out.n) * out.c * out.h * out.w, 0.0);
   return out;
@@ -335,9 +340,15 @@ void ref_apply(const RefLayer& layer, const RefAct& in, const double* p, RefAct&
       ref_conv({in.n, in.c, in.h, in.w, layer.out, layer.kernel, layer.pad}, in.v.data(), p, out.v.data(), o_begin,
                o_end);
       break;
-    case RefLayer::kPool: ref_maxpool({in.n, in.c, in.h, in.w, layer.kernel}, in.v.data(), out.v.data()); break;
-    case RefLayer::kRelu: ref_relu(in.v.data(), out.v.data(), in.v.size()); break;
-    case RefLayer::kFlatten: out.v = in.v; break;
+    case RefLayer::kPool:
+      ref_maxpool({in.n, in.c, in.h, in.w, layer.kernel}, in.v.data(), out.v.data());
+      break;
+    case RefLayer::kRelu:
+      ref_relu(in.v.data(), out.v.data(), in.v.size());
+      break;
+    case RefLayer::kFlatten:
+      out.v = in.v;
+      break;
   }
 }
 
@@ -447,14 +458,15 @@ using RefFn = std::function<Vec(const Vec& x, const Vec& p)>;
 
 // Checks a layer's output against `reference`, and its input and parameter gradients against
 // central differences of L = sum_i r_i * reference(x, p)_i (r random, passed as dy).
-void check_layer(Layer& layer, const TensorShape& in, const FVec& x, const FVec& params, const RefFn& reference) {
+// The device must outlive the layer (a prepared layer holds device buffers).
+void check_layer(Backend& device, Layer& layer, const TensorShape& in, const FVec& x, const FVec& params,
+                 const RefFn& reference) {
   std::size_t declared = 0;
   for (const ParamSpec& spec : layer.params()) declared += numel(spec.shape);
   ASSERT_EQ(declared, params.size()) << layer.describe();
   const TensorShape out = layer.output_shape(in);
   const FVec r = normal_floats(out.size(), 99);
-  auto device = backend::make_cpu_backend();
-  const LayerRun got = run_layer(*device, layer, in, x, params, r, in.n + 2);
+  const LayerRun got = run_layer(device, layer, in, x, params, r, in.n + 2);
 
   Vec xd = to_double(x), pd = to_double(params);
   const Vec rd = to_double(r);
@@ -469,16 +481,18 @@ void check_layer(Layer& layer, const TensorShape& in, const FVec& x, const FVec&
 struct LinearDims {
   int n, in, out;
 };
+void PrintTo(const LinearDims& d, std::ostream* os) { *os << d.n << "x" << d.in << "->" << d.out; }
 
 class LinearLayer : public testing::TestWithParam<LinearDims> {};
 
 TEST_P(LinearLayer, MatchesReferenceAndFiniteDifferences) {
   const LinearDims d = GetParam();
+  auto device = backend::make_cpu_backend();
   auto layer = make_linear(d.in, d.out);
   EXPECT_EQ(layer->output_shape({d.n, d.in, 1, 1}).c, d.out);
   const FVec x = normal_floats(static_cast<std::size_t>(d.n) * d.in, 1);
   const FVec params = normal_floats(static_cast<std::size_t>(d.out) * d.in + d.out, 2, 0.5);
-  check_layer(*layer, {d.n, d.in, 1, 1}, x, params, [d](const Vec& xv, const Vec& pv) {
+  check_layer(*device, *layer, {d.n, d.in, 1, 1}, x, params, [d](const Vec& xv, const Vec& pv) {
     Vec y(static_cast<std::size_t>(d.n) * d.out);
     ref_linear(xv.data(), pv.data(), d.n, d.in, d.out, y.data(), 0, d.out);
     return y;
@@ -510,9 +524,10 @@ FVec relu_inputs(std::size_t n) {
 
 TEST(ReluLayer, MatchesReferenceAndFiniteDifferences) {
   const TensorShape in{2, 3, 5, 7};
+  auto device = backend::make_cpu_backend();
   auto layer = make_relu();
   EXPECT_TRUE(layer->params().empty());
-  check_layer(*layer, in, relu_inputs(in.size()), {}, [](const Vec& x, const Vec&) {
+  check_layer(*device, *layer, in, relu_inputs(in.size()), {}, [](const Vec& x, const Vec&) {
     Vec y(x.size());
     ref_relu(x.data(), y.data(), x.size());
     return y;
@@ -540,12 +555,13 @@ TEST(ReluLayer, InPlaceEqualsOutOfPlaceAndZeroGetsNoGradient) {
 
 TEST(FlattenLayer, ReshapesAndPassesGradientsThrough) {
   const TensorShape in{2, 3, 5, 7};
+  auto device = backend::make_cpu_backend();
   auto layer = make_flatten();
   const TensorShape out = layer->output_shape(in);
   EXPECT_EQ(out.n, 2);
   EXPECT_EQ(out.c, 105);
   EXPECT_EQ(out.h * out.w, 1);
-  check_layer(*layer, in, normal_floats(in.size(), 13), {}, [](const Vec& x, const Vec&) { return x; });
+  check_layer(*device, *layer, in, normal_floats(in.size(), 13), {}, [](const Vec& x, const Vec&) { return x; });
 }
 
 TEST(FlattenLayer, InPlaceLeavesTheBufferAlone) {
@@ -559,29 +575,19 @@ TEST(FlattenLayer, InPlaceLeavesTheBufferAlone) {
   EXPECT_EQ(download(*device, a.floats(), x.size()), x);
 }
 
-class ConvLayer : public testing::TestWithParam<ConvDims> {};
-
 Vec ref_conv_all(const ConvDims& d, const Vec& x, const Vec& p) {
   Vec y(d.out_size());
   ref_conv(d, x.data(), p.data(), y.data(), 0, d.out);
   return y;
 }
 
-TEST_P(ConvLayer, MatchesReferenceAndFiniteDifferences) {
-  const ConvDims d = GetParam();
-  auto layer = make_conv2d(d.c, d.out, d.k, d.pad);
-  const TensorShape in{d.n, d.c, d.h, d.w};
-  const TensorShape out = layer->output_shape(in);
-  EXPECT_EQ(out.c, d.out);
-  EXPECT_EQ(out.h, d.oh());
-  EXPECT_EQ(out.w, d.ow());
-  const FVec x = normal_floats(d.in_size(), 21);
-  const FVec params = normal_floats(d.weights() + d.out, 22, 0.5);
-  check_layer(*layer, in, x, params, [d](const Vec& xv, const Vec& pv) { return ref_conv_all(d, xv, pv); });
-}
+const ConvDims kOddConvs[] = {{2, 3, 7, 6, 4, 3, 1}, {2, 3, 7, 6, 4, 5, 2}, {2, 3, 7, 6, 4, 3, 0},
+                              {1, 2, 5, 5, 3, 5, 0}, {3, 1, 4, 9, 2, 1, 0}, {1, 2, 3, 2, 2, 5, 2}};
 
 // The analytic reference backward (used by ConvLargeBatch) agrees with finite differences.
-TEST_P(ConvLayer, ReferenceBackwardMatchesFiniteDifferences) {
+class ConvReference : public testing::TestWithParam<ConvDims> {};
+
+TEST_P(ConvReference, BackwardMatchesFiniteDifferences) {
   const ConvDims d = GetParam();
   Vec x = to_double(normal_floats(d.in_size(), 23)), p = to_double(normal_floats(d.weights() + d.out, 24));
   const Vec dy = to_double(normal_floats(d.out_size(), 25));
@@ -592,22 +598,58 @@ TEST_P(ConvLayer, ReferenceBackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(all_close(dp, finite_difference(objective, p), 1e-7));
 }
 
-INSTANTIATE_TEST_SUITE_P(OddShapes, ConvLayer,
-                         testing::Values(ConvDims{2, 3, 7, 6, 4, 3, 1}, ConvDims{2, 3, 7, 6, 4, 5, 2},
-                                         ConvDims{2, 3, 7, 6, 4, 3, 0}, ConvDims{1, 2, 5, 5, 3, 5, 0},
-                                         ConvDims{3, 1, 4, 9, 2, 1, 0}, ConvDims{1, 2, 3, 2, 2, 5, 2}),
+INSTANTIATE_TEST_SUITE_P(OddShapes, ConvReference, testing::ValuesIn(kOddConvs),
                          [](const testing::TestParamInfo<ConvDims>& p) { return p.param.name(); });
 
-// Batches large enough for the CPU backend to split them into several im2col groups, with a
-// short last group; backward against the analytic float64 adjoint.
-class ConvLargeBatch : public testing::TestWithParam<ConvDims> {};
+// Both CPU convolutions: im2col + GEMM, and oneDNN where this build has it.
+const char* conv_name(backend::CpuConv conv) { return conv == backend::CpuConv::kOneDnn ? "onednn" : "im2col"; }
+
+std::vector<backend::CpuConv> available_convs() {
+  std::vector<backend::CpuConv> convs = {backend::CpuConv::kIm2col};
+  if (backend::onednn_available()) convs.push_back(backend::CpuConv::kOneDnn);
+  return convs;
+}
+
+using ConvParam = std::tuple<ConvDims, backend::CpuConv>;
+
+std::string conv_param_name(const testing::TestParamInfo<ConvParam>& p) {
+  return std::get<0>(p.param).name() + "_" + conv_name(std::get<1>(p.param));
+}
+
+class ConvLayer : public testing::TestWithParam<ConvParam> {};
+
+TEST_P(ConvLayer, MatchesReferenceAndFiniteDifferences) {
+  const auto [d, conv] = GetParam();
+  if (conv == backend::CpuConv::kOneDnn && !backend::onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  auto device = backend::make_cpu_backend(conv);
+  auto layer = make_conv2d(d.c, d.out, d.k, d.pad);
+  const TensorShape in{d.n, d.c, d.h, d.w};
+  const TensorShape out = layer->output_shape(in);
+  EXPECT_EQ(out.c, d.out);
+  EXPECT_EQ(out.h, d.oh());
+  EXPECT_EQ(out.w, d.ow());
+  const FVec x = normal_floats(d.in_size(), 21);
+  const FVec params = normal_floats(d.weights() + d.out, 22, 0.5);
+  check_layer(*device, *layer, in, x, params,
+              [d = d](const Vec& xv, const Vec& pv) { return ref_conv_all(d, xv, pv); });
+}
+
+INSTANTIATE_TEST_SUITE_P(OddShapes, ConvLayer,
+                         testing::Combine(testing::ValuesIn(kOddConvs),
+                                          testing::Values(backend::CpuConv::kIm2col, backend::CpuConv::kOneDnn)),
+                         conv_param_name);
+
+// Batches large enough for the im2col convolution to split them into several groups of images,
+// with a short last group; backward against the analytic float64 adjoint.
+class ConvLargeBatch : public testing::TestWithParam<ConvParam> {};
 
 TEST_P(ConvLargeBatch, MatchesReference) {
-  const ConvDims d = GetParam();
+  const auto [d, conv] = GetParam();
+  if (conv == backend::CpuConv::kOneDnn && !backend::onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  auto device = backend::make_cpu_backend(conv);
   auto layer = make_conv2d(d.c, d.out, d.k, d.pad);
   const FVec x = normal_floats(d.in_size(), 31), params = normal_floats(d.weights() + d.out, 32, 0.2);
   const FVec dy = normal_floats(d.out_size(), 33);
-  auto device = backend::make_cpu_backend();
   const LayerRun got = run_layer(*device, *layer, {d.n, d.c, d.h, d.w}, x, params, dy, d.n);
   Vec dx, dp;
   ref_conv_backward(d, to_double(x), to_double(params), to_double(dy), dx, dp);
@@ -618,9 +660,11 @@ TEST_P(ConvLargeBatch, MatchesReference) {
 
 // 3*25*61*59 floats of columns per image: groups of 7 images (7 + 2); 288*52*53 per image:
 // groups of 2 (2 + 1).
+const ConvDims kLargeConvs[] = {{9, 3, 61, 59, 4, 5, 2}, {3, 32, 52, 53, 2, 3, 1}};
 INSTANTIATE_TEST_SUITE_P(Groups, ConvLargeBatch,
-                         testing::Values(ConvDims{9, 3, 61, 59, 4, 5, 2}, ConvDims{3, 32, 52, 53, 2, 3, 1}),
-                         [](const testing::TestParamInfo<ConvDims>& p) { return p.param.name(); });
+                         testing::Combine(testing::ValuesIn(kLargeConvs),
+                                          testing::Values(backend::CpuConv::kIm2col, backend::CpuConv::kOneDnn)),
+                         conv_param_name);
 
 TEST(ConvLayerShape, RejectsWrongChannelsAndTooSmallInputs) {
   auto layer = make_conv2d(3, 4, 5, 0);
@@ -650,12 +694,13 @@ class MaxPoolLayer : public testing::TestWithParam<PoolDims> {};
 
 TEST_P(MaxPoolLayer, MatchesReferenceAndFiniteDifferences) {
   const PoolDims d = GetParam();
+  auto device = backend::make_cpu_backend();
   auto layer = make_maxpool2d(d.window);
   const TensorShape in{d.n, d.c, d.h, d.w};
   const TensorShape out = layer->output_shape(in);
   EXPECT_EQ(out.h, d.oh());
   EXPECT_EQ(out.w, d.ow());
-  check_layer(*layer, in, untied_inputs(d.in_size(), 41), {}, [d](const Vec& x, const Vec&) {
+  check_layer(*device, *layer, in, untied_inputs(d.in_size(), 41), {}, [d](const Vec& x, const Vec&) {
     Vec y(d.out_size());
     ref_maxpool(d, x.data(), y.data());
     return y;
@@ -667,22 +712,43 @@ INSTANTIATE_TEST_SUITE_P(OddShapes, MaxPoolLayer,
                                          PoolDims{1, 2, 2, 3, 2}),
                          [](const testing::TestParamInfo<PoolDims>& p) { return p.param.name(); });
 
-TEST(MaxPoolLayerTies, TheFirstMaximumOfAWindowTakesTheWholeGradient) {
+// With ties (inputs drawn from {0, 1, 2}), the first maximum of a window in row-major order is
+// the output's argmax and gets its whole gradient, as in torch. Window 2 and window 3.
+class MaxPoolTies : public testing::TestWithParam<int> {};
+
+TEST_P(MaxPoolTies, TheFirstMaximumInRowMajorOrderTakesTheGradient) {
+  const PoolDims d{2, 2, 2 * GetParam() + 1, 5 * GetParam() + 1, GetParam()};
+  FVec x(d.in_size());
+  std::mt19937_64 rng(42);
+  for (float& v : x) v = static_cast<float>(rng() % 3);
+  const FVec dy = normal_floats(d.out_size(), 43);
+  FVec y(d.out_size()), dx(d.in_size(), 0.0f);
+  for (int plane = 0, o = 0; plane < d.n * d.c; ++plane)
+    for (int r = 0; r < d.oh(); ++r)
+      for (int q = 0; q < d.ow(); ++q, ++o) {
+        int at = -1;
+        for (int i = 0; i < d.window; ++i)
+          for (int j = 0; j < d.window; ++j) {
+            const int idx = (plane * d.h + r * d.window + i) * d.w + q * d.window + j;
+            if (at < 0 || x[idx] > x[at]) at = idx;
+          }
+        y[o] = x[at];
+        dx[at] = dy[o];
+      }
   auto device = backend::make_cpu_backend();
-  auto layer = make_maxpool2d(2);
-  const TensorShape in{1, 1, 2, 4};
-  const FVec x = {1.0f, 1.0f, -3.0f, 2.0f,   // window 0: all four tie; window 1: 2 at (0,3) and (1,2)
-                  1.0f, 1.0f, 2.0f, -5.0f};
-  const LayerRun got = run_layer(*device, *layer, in, x, {}, {0.5f, -0.25f}, 1);
-  EXPECT_EQ(got.y, (FVec{1.0f, 2.0f}));
-  EXPECT_EQ(got.dx, (FVec{0.5f, 0.0f, 0.0f, -0.25f, 0.0f, 0.0f, 0.0f, 0.0f}));
+  auto layer = make_maxpool2d(d.window);
+  const LayerRun got = run_layer(*device, *layer, {d.n, d.c, d.h, d.w}, x, {}, dy, d.n);
+  EXPECT_EQ(got.y, y);
+  EXPECT_EQ(got.dx, dx);
 }
+
+INSTANTIATE_TEST_SUITE_P(Windows, MaxPoolTies, testing::Values(2, 3));
 
 // ---------------------------------------------------------------- backend
 
 TEST(CpuBackend, AllocatesZeroedMemoryAndCopies) {
   auto device = backend::make_cpu_backend();
-  EXPECT_EQ(device->name(), "cpu");
+  EXPECT_EQ(device->name().rfind("cpu", 0), 0u) << device->name();
   DeviceBuffer a = device->allocate_floats(1001);
   ASSERT_NE(a.floats(), nullptr);
   EXPECT_EQ(a.bytes(), 1001 * sizeof(float));
@@ -695,6 +761,14 @@ TEST(CpuBackend, AllocatesZeroedMemoryAndCopies) {
   EXPECT_EQ(b.floats(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state is specified
   EXPECT_EQ(b.bytes(), 0u);
   EXPECT_EQ(download(*device, moved.floats(), host.size()), host);
+}
+
+TEST(CpuBackend, OneDnnConvolutionOnlyWhenBuiltWithIt) {
+  if (backend::onednn_available())
+    EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kOneDnn), nullptr);
+  else
+    EXPECT_THROW(backend::make_cpu_backend(backend::CpuConv::kOneDnn), Error);
+  EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kIm2col), nullptr);
 }
 
 // C = alpha * op(A) op(B) + beta * C with op(A)[i][l] = ta ? A[l][i] (A is k x m) : A[i][l]
@@ -716,7 +790,8 @@ TEST_P(Gemm, MatchesReferenceForEveryTransposition) {
   const auto [ta, tb, mnk] = GetParam();
   const auto [m, n, k] = mnk;
   auto device = backend::make_cpu_backend();
-  const FVec a = normal_floats(static_cast<std::size_t>(m) * k, 61), b = normal_floats(static_cast<std::size_t>(k) * n, 62);
+  const FVec a = normal_floats(static_cast<std::size_t>(m) * k, 61),
+             b = normal_floats(static_cast<std::size_t>(k) * n, 62);
   const FVec c = normal_floats(static_cast<std::size_t>(m) * n, 63);
   DeviceBuffer ab = upload(*device, a), bb = upload(*device, b), cb = upload(*device, c);
   device->gemm(ta, tb, m, n, k, 0.75f, ab.floats(), bb.floats(), -0.5f, cb.floats());
@@ -778,8 +853,8 @@ TEST(CpuBackend, SoftmaxCrossEntropyMatchesReferenceAndFiniteDifferences) {
   auto device = backend::make_cpu_backend();
   DeviceBuffer zb = upload(*device, logits), lb = upload_labels(*device, labels);
   DeviceBuffer db = upload(*device, FVec(logits.size(), kNaN));
-  const backend::LossSums got = device->softmax_cross_entropy(zb.floats(), lb.ints(), rows, classes, db.floats(),
-                                                              grad_scale);
+  const backend::LossSums got =
+      device->softmax_cross_entropy(zb.floats(), lb.ints(), rows, classes, db.floats(), grad_scale);
   EXPECT_NEAR(got.loss, ref.loss, kForwardTol * std::max(1.0, ref.loss));
   EXPECT_EQ(got.correct, ref.correct);
   const Vec fd = finite_difference([&] { return ref_cross_entropy_sum(z, labels, classes); }, z);
@@ -831,43 +906,69 @@ struct NetworkCase {
   int batch;
   std::size_t per_tensor;  // finite differences on this many parameters per tensor; 0: all
 };
+void PrintTo(const NetworkCase& c, std::ostream* os) { *os << c.model << " batch " << c.batch; }
+
+// The sampled parameter indices of every tensor, and grad_scale * d(sum loss)/d(param) there.
+struct ReferenceGradients {
+  std::vector<std::vector<std::size_t>> indices;  // per tensor
+  std::vector<Vec> values;
+};
+
+ReferenceGradients reference_gradients(const ParamLayout& layout, RefNetwork& ref, std::size_t per_tensor,
+                                       double grad_scale) {
+  ReferenceGradients out;
+  std::mt19937_64 rng(8);
+  for (const TensorSpec& t : layout.tensors()) {
+    out.indices.push_back(sample_indices(t, per_tensor, rng));
+    out.values.emplace_back();
+    for (std::size_t i : out.indices.back()) out.values.back().push_back(grad_scale * ref.gradient(i));
+  }
+  return out;
+}
+
+// One training step of drtrain's Network on `conv`'s backend: loss, accuracy and the sampled
+// gradients against the reference; evaluate() gives the same loss as train().
+void check_network(const ModelSpec& spec, backend::CpuConv conv, const FVec& params, const FVec& x,
+                   const Labels& labels, float grad_scale, const RefLoss& expected, const ReferenceGradients& ref) {
+  const int n = static_cast<int>(labels.size());
+  auto device = backend::make_cpu_backend(conv);
+  Network net(spec, *device, n + 1);  // a batch smaller than the network was built for
+  DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(params.size(), kNaN));
+  DeviceBuffer xb = upload(*device, x), lb = upload_labels(*device, labels);
+  net.bind(pb.floats(), gb.floats());
+  const backend::LossSums got = net.train(xb.floats(), lb.ints(), n, grad_scale);
+  EXPECT_NEAR(got.loss, expected.loss, kForwardTol * std::max(1.0, expected.loss));
+  EXPECT_EQ(got.correct, expected.correct);
+
+  const FVec grads = download(*device, gb.floats(), params.size());
+  for (std::size_t k = 0; k < ref.indices.size(); ++k) {
+    FVec actual;
+    for (std::size_t i : ref.indices[k]) actual.push_back(grads[i]);
+    EXPECT_TRUE(all_close(actual, ref.values[k], kGradTol))
+        << spec.layout().tensors()[k].name << " (" << actual.size() << " entries)";
+  }
+  const backend::LossSums eval = net.evaluate(xb.floats(), lb.ints(), n);
+  EXPECT_EQ(eval.loss, got.loss);
+  EXPECT_EQ(eval.correct, got.correct);
+}
 
 class NetworkVsReference : public testing::TestWithParam<NetworkCase> {};
 
 TEST_P(NetworkVsReference, LossAndGradientsMatchFiniteDifferences) {
   const NetworkCase nc = GetParam();
   const ModelSpec spec = ModelSpec::parse(nc.model);
+  ASSERT_EQ(nc.reference().total, spec.layout().total());
   const float grad_scale = 0.37f;
-  const FVec params = network_params(spec, 5), x = uniform_floats(static_cast<std::size_t>(nc.batch) * 784, 6, 0, 1);
+  const FVec params = network_params(spec, 8), x = uniform_floats(static_cast<std::size_t>(nc.batch) * 784, 6, 0, 1);
   const Labels labels = random_labels(nc.batch, 10, 7);
   RefNetwork ref(nc.reference(), to_double(params), RefAct{nc.batch, 1, 28, 28, to_double(x)}, labels);
-  ASSERT_EQ(nc.reference().total, spec.layout().total());
-
-  auto device = backend::make_cpu_backend();
-  Network net(spec, *device, nc.batch + 1);  // a batch smaller than the network was built for
-  DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(params.size(), kNaN));
-  DeviceBuffer xb = upload(*device, x), lb = upload_labels(*device, labels);
-  net.bind(pb.floats(), gb.floats());
-  const backend::LossSums got = net.train(xb.floats(), lb.ints(), nc.batch, grad_scale);
-  const RefLoss expected = ref.loss();
-  EXPECT_NEAR(got.loss, expected.loss, kForwardTol * std::max(1.0, expected.loss));
-  EXPECT_EQ(got.correct, expected.correct);
-
-  const FVec grads = download(*device, gb.floats(), params.size());
-  std::mt19937_64 rng(8);
-  for (const TensorSpec& t : spec.layout().tensors()) {
-    FVec actual;
-    Vec fd;
-    for (std::size_t i : sample_indices(t, nc.per_tensor, rng)) {
-      actual.push_back(grads[i]);
-      fd.push_back(grad_scale * ref.gradient(i));
-    }
-    EXPECT_GT(max_abs(fd), 0.0) << t.name;
-    EXPECT_TRUE(all_close(actual, fd, kGradTol)) << t.name << " (" << actual.size() << " entries)";
+  const ReferenceGradients gradients = reference_gradients(spec.layout(), ref, nc.per_tensor, grad_scale);
+  for (std::size_t k = 0; k < gradients.values.size(); ++k)  // no tensor cut off by dead ReLUs
+    ASSERT_GT(max_abs(gradients.values[k]), 0.0) << spec.layout().tensors()[k].name;
+  for (backend::CpuConv conv : available_convs()) {
+    SCOPED_TRACE(conv_name(conv));
+    check_network(spec, conv, params, x, labels, grad_scale, ref.loss(), gradients);
   }
-  const backend::LossSums eval = net.evaluate(xb.floats(), lb.ints(), nc.batch);
-  EXPECT_EQ(eval.loss, got.loss);
-  EXPECT_EQ(eval.correct, got.correct);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, NetworkVsReference,
@@ -928,8 +1029,12 @@ TEST(ModelSpec, MlpLayout) {
   EXPECT_EQ(spec.classes(), 10);
   EXPECT_EQ(spec.input().per_sample(), 784u);
   expect_layout(spec.layout(),
-                {{"fc1.weight", {512, 784}}, {"fc1.bias", {512}}, {"fc2.weight", {256, 512}}, {"fc2.bias", {256}},
-                 {"fc3.weight", {10, 256}}, {"fc3.bias", {10}}},
+                {{"fc1.weight", {512, 784}},
+                 {"fc1.bias", {512}},
+                 {"fc2.weight", {256, 512}},
+                 {"fc2.bias", {256}},
+                 {"fc3.weight", {10, 256}},
+                 {"fc3.bias", {10}}},
                 535818);
   EXPECT_EQ(spec.layout().find("fc2.weight")->offset, 401920u);
   EXPECT_EQ(ref_mlp().total, 535818u);
@@ -968,8 +1073,12 @@ TEST(ModelSpec, CnnLayersChainToTheClasses) {
 TEST(ModelSpec, CustomMlpLayout) {
   const ModelSpec spec = ModelSpec::parse("mlp:784-7-5-10");
   expect_layout(spec.layout(),
-                {{"fc1.weight", {7, 784}}, {"fc1.bias", {7}}, {"fc2.weight", {5, 7}}, {"fc2.bias", {5}},
-                 {"fc3.weight", {10, 5}}, {"fc3.bias", {10}}},
+                {{"fc1.weight", {7, 784}},
+                 {"fc1.bias", {7}},
+                 {"fc2.weight", {5, 7}},
+                 {"fc2.bias", {5}},
+                 {"fc3.weight", {10, 5}},
+                 {"fc3.bias", {10}}},
                 5595);
   EXPECT_EQ(spec.make_layers().size(), 5u);  // linear, relu, linear, relu, linear
   expect_layout(ModelSpec::parse("mlp:784-10").layout(), {{"fc1.weight", {10, 784}}, {"fc1.bias", {10}}}, 7850);
@@ -979,6 +1088,7 @@ struct BadModel {
   const char* text;
   std::vector<const char*> mentions;  // the message must contain each
 };
+void PrintTo(const BadModel& b, std::ostream* os) { *os << "'" << b.text << "'"; }
 
 class ModelSpecRejects : public testing::TestWithParam<BadModel> {};
 
@@ -994,13 +1104,16 @@ TEST_P(ModelSpecRejects, WithAConfigErrorNamingTheProblem) {
   for (const char* part : bad.mentions) EXPECT_NE(message.find(part), std::string::npos) << message;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Names, ModelSpecRejects,
-    testing::Values(BadModel{"resnet", {"'resnet'", "mlp", "cnn", "mlp:784-"}}, BadModel{"", {"mlp", "cnn"}},
-                    BadModel{"CNN", {"'CNN'", "cnn"}}, BadModel{"mlp:100-10", {"'mlp:100-10'", "784"}},
-                    BadModel{"mlp:784-0-10", {"'0'"}}, BadModel{"mlp:784-x-10", {"'x'"}},
-                    BadModel{"mlp:784--10", {"''"}}, BadModel{"mlp:784", {"'mlp:784'", "output"}}),
-    [](const testing::TestParamInfo<BadModel>& p) { return "case" + std::to_string(p.index); });
+INSTANTIATE_TEST_SUITE_P(Names, ModelSpecRejects,
+                         testing::Values(BadModel{"resnet", {"'resnet'", "mlp", "cnn", "mlp:784-"}},
+                                         BadModel{"", {"mlp", "cnn"}}, BadModel{"CNN", {"'CNN'", "cnn"}},
+                                         BadModel{"mlp:100-10", {"'mlp:100-10'", "784"}},
+                                         BadModel{"mlp:784-0-10", {"'0'"}}, BadModel{"mlp:784-x-10", {"'x'"}},
+                                         BadModel{"mlp:784--10", {"''"}}, BadModel{"mlp:784", {"'mlp:784'", "output"}},
+                                         BadModel{"mlp:784-10-", {"end with '-'"}},
+                                         BadModel{"mlp:784-10-5", {"10 outputs"}},
+                                         BadModel{"mlp:784-+10-10", {"'+10'"}}),
+                         [](const testing::TestParamInfo<BadModel>& p) { return "case" + std::to_string(p.index); });
 
 TEST(ModelSpec, InitParamsIsDeterministicPerSeed) {
   const ModelSpec spec = ModelSpec::parse("mlp:784-7-5-10");

@@ -17,7 +17,8 @@ namespace drt::backend {
 
 class Backend;
 
-// Memory owned by a backend (host memory on the CPU backend). Move-only.
+// Memory owned by a backend (host memory on the CPU backend). Move-only; must not outlive the
+// backend that allocated it.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -63,7 +64,7 @@ struct LossSums {
 class Backend {
  public:
   virtual ~Backend() = default;
-  virtual std::string name() const = 0;  // "cpu", "cuda:0", ...
+  virtual std::string name() const = 0;  // "cpu (oneDNN conv)", "cuda:0", ...
 
   // Zero-initialised memory on this device.
   virtual DeviceBuffer allocate(std::size_t bytes) = 0;
@@ -106,9 +107,15 @@ class Backend {
   virtual void axpby(float a, const float* x, float b, float* y, std::size_t n) = 0;
 };
 
-// The CPU backend: OpenBLAS GEMM, im2col convolution, plain loops. BLAS threads are a process
-// setting (set_blas_threads).
-std::unique_ptr<Backend> make_cpu_backend();
+// How the CPU backend convolves: oneDNN's JIT kernels (when built with oneDNN: the default),
+// or im2col + OpenBLAS GEMM (always available).
+enum class CpuConv { kAuto, kIm2col, kOneDnn };
+bool onednn_available();
+
+// The CPU backend: OpenBLAS GEMM, oneDNN or im2col convolution, plain loops. Throws Error when
+// kOneDnn is asked for in a build without oneDNN.
+std::unique_ptr<Backend> make_cpu_backend(CpuConv conv = CpuConv::kAuto);
+// Threads of OpenBLAS and of oneDNN's OpenMP runtime: a process setting.
 void set_blas_threads(int threads);
 int blas_threads();
 

@@ -39,7 +39,8 @@ class Layer {
   virtual std::vector<ParamSpec> params() const { return {}; }
   // True when y may be the same buffer as x (ReLU, Flatten).
   virtual bool in_place() const { return false; }
-  // Allocates per-batch state for inputs of up to `max_in.n` samples.
+  // Allocates per-batch state for inputs of up to `max_in.n` samples, on `device`, which must
+  // outlive the layer.
   virtual void prepare(backend::Backend& /*device*/, const TensorShape& /*max_in*/) {}
   // Points the layer at its parameters and gradients (params() order, contiguous).
   void bind(const float* params, float* grads) {
