@@ -13,8 +13,6 @@
 // --iters steps. Ends with one JSON line.
 //
 //   mpiexec -n 3 build/bin/drt_bench_exchange --num-ps 1 --sizes-mib 64,256
-#include <time.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -114,12 +112,6 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
   return o;
 }
 
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -192,9 +184,9 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
   if (topo.is_ps()) {
     ps::ParameterServer server(topo, plan, config, plain_sgd());
     server.start();
-    const double cpu0 = cpu_seconds();
+    const double cpu0 = process_cpu_seconds();
     const auto steps = static_cast<double>(server.serve());
-    const double cpu = cpu_seconds() - cpu0;
+    const double cpu = process_cpu_seconds() - cpu0;
     if (o.phases) {
       const ps::ServerStats& st = server.stats();
       std::fprintf(stderr, "    %-11s %3zu MiB %s: wait %.2f ms, apply %.2f ms, publish %.2f ms, cpu %.2f ms per step\n",
@@ -220,10 +212,10 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
     throw Error(str("validation of ", scheme.name, " failed", bad < floats ? str(" at element ", bad) : std::string()));
   }
   exchange.take_times();
-  const double cpu0 = cpu_seconds();
+  const double cpu0 = process_cpu_seconds();
   const double t = time_steps(topo.role_comm(), o.warmup, o.iters, [&] { exchange.step(grad.data(), params.data()); });
   const ps::ExchangeTimes times = exchange.take_times();
-  const double cpu = cpu_seconds() - cpu0;
+  const double cpu = process_cpu_seconds() - cpu0;
   exchange.finish();
   if (o.phases) {
     const int steps = o.warmup + o.iters;

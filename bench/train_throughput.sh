@@ -10,6 +10,12 @@
 # Debian's python3-torch and numpy, and the Fashion-MNIST IDX files in
 # /usr/share/datasets/fashion-mnist.
 #
+# Configurations, for each model x dataset (1 thread = --threads 1 / OPENBLAS/OMP_NUM_THREADS=1):
+#   drtrain  1 PS + 1 worker with 1 thread and with 2 threads (mpiexec -n 2); 1 PS + 2 workers,
+#            1 thread each (mpiexec -n 3); mpiexec --bind-to none throughout
+#   torch    1 process with 1 thread, with 2 threads, and with 2 threads + OMP_WAIT_POLICY=PASSIVE;
+#            DDP (gloo) 2 ranks x 1 thread
+#
 # What each figure is (samples/s = global samples per second):
 #   torch    the timed --steps after --warmup untimed steps, measured on rank 0 between barriers
 #            (bench/peers/torch_train.py).
@@ -69,7 +75,7 @@ else
 fi
 MODELS=(mlp cnn)
 DATASETS=(synthetic fashion-mnist)
-CONFIGS=(drt-1w-t1 drt-1w-t2 drt-1ps2w torch-1p-t1 torch-1p-t2 torch-ddp2-t1)
+CONFIGS=(drt-1w-t1 drt-1w-t2 drt-1ps2w torch-1p-t1 torch-1p-t2 torch-1p-t2p torch-ddp2-t1)
 
 OUT="$(mktemp -d /tmp/drt_train_throughput.XXXXXX)"
 RESULTS="$OUT/runs.jsonl"
@@ -173,7 +179,7 @@ def run(results, log, pairs, cmd):
         f.write(json.dumps(rec) + "\n")
     w = rec.get("drtrain_whole_loop_samples_per_s")
     print(f"[repeat {rec['repeat']}, attempt {rec['attempt']}] {rec['model']:3} {rec['dataset']:13} "
-          f"{rec['label']:36} {rec['samples_per_s']:9.0f} samples/s" + (f" (whole loop {w:.0f})" if w else "")
+          f"{rec['label']:42} {rec['samples_per_s']:9.0f} samples/s" + (f" (whole loop {w:.0f})" if w else "")
           + f"  other load {100 * other:.0f}%  [{wall:.1f} s]", flush=True)
     sys.exit(3 if other > 0.10 else 0)
 
@@ -223,7 +229,8 @@ def report(path, repeats_wanted):
                                  drtrain_whole_loop_samples_per_s=round(w, 1) if w else None,
                                  other_load_max=round(load, 4), repeats=len(rs), command=r0["command"]))
     print()
-    print("Ratios (steady figures; drtrain whole-loop figure in parentheses where it differs in kind):")
+    print("Ratios of the steady figures (medians). In parentheses: the same ratio with drtrain's whole-loop figure,")
+    print("or the two configurations compared.")
     print()
     print("| model | dataset | drtrain 1PS+2W / torch DDP 2 ranks (goal >= 1.5) | drtrain best / torch best (goal >= 1) "
           "| distributed overhead vs 1 worker x 1 thread (goal < 20%) | overhead vs 1 worker x 2 threads | "
@@ -240,7 +247,8 @@ def report(path, repeats_wanted):
             if None in (ps2, ddp, w1, w2):
                 continue
             drt = {c: med[(m, d, c)][0] for c in ("drt-1w-t1", "drt-1w-t2", "drt-1ps2w") if (m, d, c) in med}
-            tor = {c: med[(m, d, c)][0] for c in ("torch-1p-t1", "torch-1p-t2", "torch-ddp2-t1") if (m, d, c) in med}
+            tor = {c: med[(m, d, c)][0] for c in ("torch-1p-t1", "torch-1p-t2", "torch-1p-t2p", "torch-ddp2-t1")
+                   if (m, d, c) in med}
             bd, bt = max(drt, key=drt.get), max(tor, key=tor.get)
             r1, r1w = ps2 / ddp, ps2w / ddp
             r2 = drt[bd] / tor[bt]
@@ -295,6 +303,8 @@ build_cmd() {  # model dataset config metrics-file
                    CMD=("$PY" "$PEER" --ranks 1 --threads 1 "${torch_common[@]}") ;;
     torch-1p-t2)   IMPL=torch PROCS=1 WORKERS=1 THREADS=2 LABEL="torch 1 process, 2 threads"
                    CMD=("$PY" "$PEER" --ranks 1 --threads 2 "${torch_common[@]}") ;;
+    torch-1p-t2p)  IMPL=torch PROCS=1 WORKERS=1 THREADS=2 LABEL="torch 1 process, 2 threads, OMP passive"
+                   CMD=("$PY" "$PEER" --ranks 1 --threads 2 --omp-wait-policy passive "${torch_common[@]}") ;;
     torch-ddp2-t1) IMPL=torch PROCS=2 WORKERS=2 THREADS=1 LABEL="torch DDP 2 ranks (gloo)"
                    CMD=("$PY" "$PEER" --ranks 2 --threads 1 "${torch_common[@]}") ;;
   esac
@@ -318,7 +328,8 @@ echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.
 echo "- drtrain: $("$DRTRAIN" --version 2>/dev/null | head -1), build/bin/drtrain sha256 $(sha256sum "$DRTRAIN" | cut -c1-12), git HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') (working tree may differ)"
 echo "- MPI: $(mpiexec --version | head -1); python: $("$PY" --version 2>&1), torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 echo "- global batch $BATCH, SGD lr 0.05 momentum 0.9; steps (warm-up + timed): mlp ${WARM[mlp]} + ${TIMED[mlp]}, cnn ${WARM[cnn]} + ${TIMED[cnn]}; repeats $REPEATS (interleaved), attempts per run up to $ATTEMPTS"
-echo "- torch peer: OPENBLAS/OMP/MKL_NUM_THREADS = --threads before importing torch; OPENBLAS_CORETYPE chosen by drtrain's rule (see bench/peers/torch_train.py)"
+echo "- torch peer: OPENBLAS/OMP/MKL_NUM_THREADS = --threads before importing torch; OPENBLAS_CORETYPE chosen by drtrain's rule (see bench/peers/torch_train.py);"
+echo "  '2 threads, OMP passive' adds OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads and OpenBLAS's pthreads otherwise spin against each other on 2 cores)"
 echo "- logs: $OUT"
 echo
 echo "Commands (<metrics> = $OUT/<model>-<dataset>-<config>-r<repeat>-a<attempt>.metrics.jsonl):"

@@ -1,17 +1,8 @@
 # cmake -DFIELD=<name> -DMIN=<value> -P DrtCheckSummary.cmake -- <command> [args...]
 # Runs a drtrain command and passes when it exits 0 and its JSON summary line
 # ({"summary":true,...}) has FIELD >= MIN. Used by the end-to-end training tests.
-set(cmd "")
-set(collect FALSE)
-math(EXPR last "${CMAKE_ARGC} - 1")
-foreach(i RANGE ${last})
-  if(collect)
-    list(APPEND cmd "${CMAKE_ARGV${i}}")
-  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
-    set(collect TRUE)
-  endif()
-endforeach()
-execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+include(${CMAKE_CURRENT_LIST_DIR}/DrtScriptCommand.cmake)
+execute_process(COMMAND ${DRT_COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 message("${out}")
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the command failed with status '${rc}'")

@@ -2,17 +2,8 @@
 # Passes when the command exits non-zero and its output (stdout + stderr) has exactly
 # EXPECT_COUNT lines matching REGEX (';' in the output reads as ','). Used for "bad input fails
 # cleanly" tests.
-set(cmd "")
-set(collect FALSE)
-math(EXPR last "${CMAKE_ARGC} - 1")
-foreach(i RANGE ${last})
-  if(collect)
-    list(APPEND cmd "${CMAKE_ARGV${i}}")
-  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
-    set(collect TRUE)
-  endif()
-endforeach()
-execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+include(${CMAKE_CURRENT_LIST_DIR}/DrtScriptCommand.cmake)
+execute_process(COMMAND ${DRT_COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 message("${out}")
 if(rc EQUAL 0)
   message(FATAL_ERROR "expected a failure, but the command exited 0")

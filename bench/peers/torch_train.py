@@ -47,6 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1, help="weights, synthetic data and data order")
+    p.add_argument("--omp-wait-policy", choices=["default", "passive", "active"], default="default",
+                   help="OMP_WAIT_POLICY for torch's OpenMP threads (passive: idle threads sleep instead of "
+                        "spinning, leaving the cores to OpenBLAS's own threads)")
     p.add_argument("--blas-coretype", default="auto",
                    help="OPENBLAS_CORETYPE for torch's OpenBLAS: auto (drtrain's rule: when OpenBLAS falls "
                         "back to a generic core on an AVX-512/AVX2 CPU, use SkylakeX/Haswell), none (leave "
@@ -246,6 +249,7 @@ def train(rank, a, port):
             "torch": torch.__version__,
             "steps": a.steps, "warmup": a.warmup, "wall_s": wall, "last_loss": final_loss,
             "torch_threads": torch.get_num_threads(), "openblas_core": loaded_openblas_core(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
         }), flush=True)
     if ddp:
         dist.destroy_process_group()
@@ -265,6 +269,8 @@ def main():
     a = parse_args()
     set_thread_env(a.threads)  # before the first import of torch; spawned ranks inherit it
     set_blas_coretype(a.blas_coretype)
+    if a.omp_wait_policy != "default":
+        os.environ["OMP_WAIT_POLICY"] = a.omp_wait_policy.upper()
     if a.ranks == 1:
         train(0, a, None)
         return

@@ -2,8 +2,6 @@
 #include "drtrain/train/trainer.hpp"
 
 #include <sched.h>
-#include <time.h>
-
 #include <algorithm>
 #include <optional>
 #include <thread>
@@ -23,12 +21,6 @@
 
 namespace drt::train {
 namespace {
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 int cores_available() {
   cpu_set_t set;
@@ -110,11 +102,11 @@ void print_setup(const Job& job, Reporter& out) {
 RankReport run_ps(const Job& job) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer);
   server.start();
-  const double wall0 = now_seconds(), cpu0 = cpu_seconds();
+  const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   server.serve();
   RankReport r;
   r.wall_s = now_seconds() - wall0;
-  r.cpu_s = cpu_seconds() - cpu0;
+  r.cpu_s = process_cpu_seconds() - cpu0;
   r.busy_s = server.stats().apply_s + server.stats().publish_s;
   return r;
 }

@@ -1,8 +1,6 @@
 // The worker's side of a run: the training loop over the PS exchange, progress reporting and
 // evaluation. Every worker runs the same number of steps and reaches the same reporting points,
 // so the reductions over the worker communicator line up without extra coordination.
-#include <time.h>
-
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -20,12 +18,6 @@
 
 namespace drt::train {
 namespace {
-
-double cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 // Seconds per phase of a step, summed over the steps of a reporting interval.
 struct Phases {
@@ -75,7 +67,7 @@ class WorkerLoop {
     lc.seed = job_.config.seed;
     lc.total_steps = job_.total_steps;
     data::BatchLoader loader(train_, lc);
-    const double wall0 = now_seconds(), cpu0 = cpu_seconds();
+    const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
     interval_start_ = wall0;
     bool evaluated_last = false;
     for (std::int64_t step = 0; step < job_.total_steps; ++step) {
@@ -92,7 +84,7 @@ class WorkerLoop {
     exchange_.finish();
     RankReport r;
     r.wall_s = now_seconds() - wall0;
-    r.cpu_s = cpu_seconds() - cpu0;
+    r.cpu_s = process_cpu_seconds() - cpu0;
     r.busy_s = busy_s_;
     r.test_accuracy = last_eval_.samples > 0 ? last_eval_.correct / last_eval_.samples : 0.0;
     r.test_loss = last_eval_.samples > 0 ? last_eval_.loss / last_eval_.samples : 0.0;

@@ -1,5 +1,8 @@
-// Monotonic wall-clock time in seconds, for phase timings and timeouts.
+// Monotonic wall-clock time and process CPU time in seconds, for phase timings, timeouts and
+// measuring how busy a rank is.
 #pragma once
+
+#include <time.h>
 
 #include <chrono>
 
@@ -8,6 +11,13 @@ namespace drt {
 inline double now_seconds() {
   using Clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+// CPU time of the whole process (all threads) so far.
+inline double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 }  // namespace drt
