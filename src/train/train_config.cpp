@@ -108,7 +108,11 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
       const std::string path = vm["config"].as<std::string>();
       std::ifstream file(path);
       if (!file) throw ConfigError(str("--config ", path, ": cannot open the file"));
-      po::store(po::parse_config_file(file, all), vm);  // values already set by the command line stay
+      try {
+        po::store(po::parse_config_file(file, all), vm);  // values already set by the command line stay
+      } catch (const po::error& e) {
+        throw ConfigError(str("--config ", path, ": ", e.what()));
+      }
     }
     po::notify(vm);
   } catch (const po::error& e) {

@@ -1,0 +1,92 @@
+// The drtrain command line and INI files: defaults, overrides (the command line wins over
+// --config), --print-config round trips, and clear errors naming the flag or file.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/train/train_config.hpp"
+
+namespace drt::train {
+namespace {
+
+std::optional<TrainConfig> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "drtrain");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_train_config(static_cast<int>(argv.size()), argv.data(), false);
+}
+
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(TrainConfig, DefaultsAndFlags) {
+  const TrainConfig d = *parse({});
+  EXPECT_EQ(d.model, "mlp");
+  EXPECT_EQ(d.batch_size, 128);
+  EXPECT_EQ(d.layout.num_ps, 1);
+  const TrainConfig c = *parse({"--model", "cnn", "--lr", "0.1", "--optimizer", "adamw", "--towers", "2",
+                                "--lr-schedule", "cosine", "--warmup-steps", "10", "--deterministic"});
+  EXPECT_EQ(c.model, "cnn");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.1);
+  EXPECT_EQ(c.optimizer.kind, optim::OptimizerKind::kAdamW);
+  EXPECT_EQ(c.towers, 2);
+  EXPECT_EQ(c.optimizer.schedule.kind, optim::LrScheduleKind::kCosine);
+  EXPECT_TRUE(c.exchange.per_worker_slots());
+}
+
+TEST(TrainConfig, ConfigFileAndCommandLineWins) {
+  const std::string file = write_file("drt_cfg.ini", "model = cnn\nlr = 0.2\nepochs = 7\nnesterov = true\n");
+  const TrainConfig c = *parse({"--config", file, "--lr", "0.3"});
+  EXPECT_EQ(c.model, "cnn");
+  EXPECT_EQ(c.epochs, 7);
+  EXPECT_TRUE(c.optimizer.nesterov);
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.3);  // the command line wins
+}
+
+TEST(TrainConfig, PrintConfigRoundTrips) {
+  const TrainConfig c = *parse({"--model", "mlp:784-64-10", "--batch-size", "96", "--optimizer", "adam",
+                                "--beta2", "0.99", "--rma-sync", "fence", "--seed", "42", "--eval", "false"});
+  const std::string file = write_file("drt_roundtrip.ini", c.to_ini());
+  const TrainConfig back = *parse({"--config", file});
+  EXPECT_EQ(back.to_ini(), c.to_ini());
+  EXPECT_EQ(back.model, "mlp:784-64-10");
+  EXPECT_FALSE(back.eval);
+}
+
+TEST(TrainConfig, ErrorsNameTheProblem) {
+  EXPECT_NE(error_of({"--optimizer", "lbfgs"}).find("choices: sgd, adam, adamw"), std::string::npos);
+  EXPECT_NE(error_of({"--lr-schedule", "exp"}).find("choices: constant, step, cosine"), std::string::npos);
+  EXPECT_NE(error_of({"--dataset", "cifar"}).find("choices: fashion-mnist, synthetic"), std::string::npos);
+  EXPECT_NE(error_of({"--epochs", "0"}).find("--epochs must be at least 1"), std::string::npos);
+  EXPECT_NE(error_of({"--lr", "abc"}).find("--lr"), std::string::npos);
+  EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini: cannot open"), std::string::npos);
+  const std::string bad = write_file("drt_bad.ini", "modle = cnn\n");
+  const std::string message = error_of({"--config", bad});
+  EXPECT_NE(message.find("modle"), std::string::npos) << message;
+  EXPECT_NE(message.find(bad), std::string::npos) << message;
+}
+
+TEST(TrainConfig, HelpVersionAndPrintConfigStop) {
+  EXPECT_FALSE(parse({"--help"}).has_value());
+  EXPECT_FALSE(parse({"--version"}).has_value());
+  EXPECT_FALSE(parse({"--print-config"}).has_value());
+}
+
+}  // namespace
+}  // namespace drt::train
