@@ -16,6 +16,7 @@
 namespace drt::train {
 
 class Reporter;
+struct ResumePoint;
 
 struct Job {
   const TrainConfig& config;
@@ -38,9 +39,10 @@ struct RankReport {
   double test_accuracy = 0.0, test_loss = 0.0, samples_per_s = 0.0;  // chief only
 };
 
-// The worker's side of the run; datasets are loaded (train, test). When final_params is not
-// null it receives the parameters after the last step.
+// The worker's side of the run; datasets are loaded (train, test); training starts at the
+// resume point (step 0 for a fresh start). When final_params is not null it receives the
+// parameters after the last step.
 RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
-                      std::vector<float>* final_params);
+                      const ResumePoint& resume, std::vector<float>* final_params);
 
 }  // namespace drt::train

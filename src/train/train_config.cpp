@@ -38,7 +38,17 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
-      ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end");
+      ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end")
+      ("checkpoint-dir", po::value<std::string>(&c.checkpoint_dir)->default_value(c.checkpoint_dir),
+       "write HDF5 checkpoints here (one at the end, more with --checkpoint-every/-secs)")
+      ("checkpoint-every", po::value<std::int64_t>(&c.checkpoint_every)->default_value(c.checkpoint_every),
+       "steps between checkpoints (0: none)")
+      ("checkpoint-secs", po::value<double>(&c.checkpoint_secs)->default_value(c.checkpoint_secs),
+       "seconds between checkpoints (0: none)")
+      ("keep", po::value<int>(&c.keep)->default_value(c.keep), "newest checkpoints to keep")
+      ("resume", po::value<std::string>(&c.resume)->implicit_value("latest"),
+       "continue from the newest valid checkpoint in --checkpoint-dir (--resume), or from a file "
+       "(--resume FILE)");
   return d;
 }
 
@@ -64,6 +74,13 @@ void TrainConfig::validate() const {
   if (towers < 1) throw ConfigError(str("--towers must be at least 1 (got ", towers, ")"));
   if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
   if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
+  if (checkpoint_every < 0 || checkpoint_secs < 0)
+    throw ConfigError("--checkpoint-every and --checkpoint-secs must be >= 0");
+  if ((checkpoint_every > 0 || checkpoint_secs > 0) && checkpoint_dir.empty())
+    throw ConfigError("--checkpoint-every/--checkpoint-secs need --checkpoint-dir DIR");
+  if (keep < 1) throw ConfigError(str("--keep must be at least 1 (got ", keep, ")"));
+  if (resume == "latest" && checkpoint_dir.empty())
+    throw ConfigError("--resume without a file needs --checkpoint-dir DIR (or pass --resume FILE)");
   exchange.validate();
   optim::OptimizerConfig check = optimizer;
   if (check.schedule.total_steps == 0) check.schedule.total_steps = check.schedule.warmup_steps + 1;  // set per run
@@ -77,7 +94,9 @@ std::string TrainConfig::to_ini() const {
     << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
     << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\nlog-every = " << log_every << "\nthreads = " << threads
-    << "\neval = " << (eval ? "true" : "false")
+    << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
+    << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps << "\nps-placement = " << comm::to_string(layout.placement)
     << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")

@@ -16,6 +16,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/ps/server.hpp"
+#include "checkpointer.hpp"
 #include "job.hpp"
 #include "reporter.hpp"
 
@@ -99,11 +100,14 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(ps::describe_ps_memory(job.plan, w, c.exchange, job.optimizer));
 }
 
-RankReport run_ps(const Job& job) {
-  ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer);
+RankReport run_ps(const Job& job, ResumePoint& resume) {
+  ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step);
+  load_into(resume, server);
+  Checkpointer checkpoints(job, server, resume.file);
   server.start();
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
-  server.serve();
+  server.serve([&](std::int64_t step) { checkpoints.after_step(step); });
+  checkpoints.finish(server.global_step());
   RankReport r;
   r.wall_s = now_seconds() - wall0;
   r.cpu_s = process_cpu_seconds() - cpu0;
@@ -160,11 +164,15 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     error = e.what();
   }
   comm::raise_if_any(topo.world(), error);
+  ResumePoint resume = prepare_resume(job);
   backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
   print_setup(job, *reporter);
+  if (!resume.file.empty())
+    reporter->line(str("resuming from ", resume.file, " at step ", resume.step, " (epoch ", resume.epoch + 1, ")"));
   const RankReport mine =
-      topo.is_ps() ? run_ps(job)
-                   : run_worker(job, *datasets.train, *datasets.test, *reporter, outputs ? &outputs->final_params : nullptr);
+      topo.is_ps() ? run_ps(job, resume)
+                   : run_worker(job, *datasets.train, *datasets.test, *reporter, resume,
+                                outputs ? &outputs->final_params : nullptr);
   if (outputs) {
     outputs->test_accuracy = mine.test_accuracy;
     outputs->test_loss = mine.test_loss;

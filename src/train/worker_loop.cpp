@@ -13,6 +13,7 @@
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/towers.hpp"
+#include "checkpointer.hpp"
 #include "job.hpp"
 #include "reporter.hpp"
 
@@ -42,8 +43,10 @@ std::string clock_text(double seconds) {
 
 class WorkerLoop {
  public:
-  WorkerLoop(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& out)
+  WorkerLoop(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& out,
+             const ResumePoint& resume)
       : job_(job),
+        resume_(resume),
         topo_(job.topo),
         out_(out),
         towers_(make_cpu_towers(job.spec, job.config.towers,
@@ -65,12 +68,14 @@ class WorkerLoop {
     lc.worker = topo_.role_index();
     lc.towers = job_.config.towers;
     lc.seed = job_.config.seed;
-    lc.total_steps = job_.total_steps;
+    lc.first_epoch = resume_.epoch;
+    lc.first_step = resume_.step_in_epoch;
+    lc.total_steps = std::max<std::int64_t>(0, job_.total_steps - resume_.step);
     data::BatchLoader loader(train_, lc);
     const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
     interval_start_ = wall0;
     bool evaluated_last = false;
-    for (std::int64_t step = 0; step < job_.total_steps; ++step) {
+    for (std::int64_t step = resume_.step; step < job_.total_steps; ++step) {
       const data::WorkerBatch batch = loader.next();
       phases_.data += loader.take_wait_seconds();
       train_step(batch, step);
@@ -103,11 +108,13 @@ class WorkerLoop {
     return data::make_tower_batch(test, samples);
   }
 
-  // The chief initialises the parameters from --seed and uploads them; everyone pulls them.
+  // The chief initialises the parameters from --seed and uploads them (unless the PS loaded a
+  // checkpoint); everyone pulls them.
   void start_parameters() {
     float* staging = towers_->parameter_staging();
-    if (topo_.is_chief()) job_.spec.init_params(job_.config.seed, staging);
-    exchange_.start(topo_.is_chief() ? staging : nullptr);
+    const bool upload = topo_.is_chief() && resume_.file.empty();
+    if (upload) job_.spec.init_params(job_.config.seed, staging);
+    exchange_.start(upload ? staging : nullptr);
     exchange_.pull_all(staging);
     towers_->load_parameters();
   }
@@ -201,6 +208,7 @@ class WorkerLoop {
   }
 
   const Job& job_;
+  const ResumePoint& resume_;
   const comm::Topology& topo_;
   Reporter& out_;
   std::unique_ptr<Towers> towers_;
@@ -218,8 +226,8 @@ class WorkerLoop {
 }  // namespace
 
 RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
-                      std::vector<float>* final_params) {
-  WorkerLoop loop(job, train, test, reporter);
+                      const ResumePoint& resume, std::vector<float>* final_params) {
+  WorkerLoop loop(job, train, test, reporter, resume);
   const RankReport report = loop.run();
   if (final_params) loop.copy_parameters(*final_params);
   return report;

@@ -30,6 +30,11 @@ struct TrainConfig {
   int log_every = 50;   // steps between progress lines and metrics records
   int threads = 0;      // BLAS threads per worker; 0: cores on the node / workers on the node
   bool eval = true;     // evaluate on the test set after every epoch
+  std::string checkpoint_dir;        // empty: no checkpoints
+  std::int64_t checkpoint_every = 0; // steps between checkpoints (0: none)
+  double checkpoint_secs = 0.0;      // seconds between checkpoints (0: none)
+  int keep = 3;                      // newest checkpoints kept
+  std::string resume;                // "": fresh start; "latest": newest valid in checkpoint_dir; else a file
 
   // Checks values that need no MPI (ranges, choices); ConfigError naming the flag.
   void validate() const;

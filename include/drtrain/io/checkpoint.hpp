@@ -1,0 +1,104 @@
+// HDF5 checkpoints (format: docs/CHECKPOINT_FORMAT.md). Parameters and optimizer slots are
+// stored as logical tensors by name with their real shapes, never as shards, so any layout can
+// read them: each PS writes, and on resume reads, the part of every tensor that falls in its
+// shard of the flat parameter space (parallel HDF5 over the PS communicator). No rank ever
+// holds the whole model. A content checksum (order-independent, so the PS can compute it in
+// parts and add them) makes bit rot and half-written files detectable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "drtrain/comm/comm.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/param_layout.hpp"
+
+namespace drt::io {
+
+constexpr std::int64_t kCheckpointFormatVersion = 1;
+
+// A checkpoint file that is unreadable, incomplete or corrupt (as opposed to a good file that
+// does not fit this run, which is a ConfigError). --resume skips such files with a warning.
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+// What a checkpoint records about the run that wrote it (root attributes).
+struct CheckpointMeta {
+  std::int64_t format_version = kCheckpointFormatVersion;
+  std::string drtrain_version;
+  std::int64_t step = 0;           // optimizer steps applied: the next step's global index
+  std::int64_t epoch = 0;          // data cursor of the next step: its epoch (0-based) ...
+  std::int64_t step_in_epoch = 0;  // ... and its step within that epoch
+  std::int64_t samples_seen = 0;   // training samples consumed since the start of the job
+  std::int64_t global_batch = 0;
+  std::string model;               // --model
+  std::string optimizer;           // sgd | adam | adamw
+  std::string optimizer_config;    // full description: lr, momentum, betas, decay, schedule
+  std::int64_t num_ps = 0, num_workers = 0, towers = 0;
+  std::vector<std::uint64_t> shard_boundaries;  // the writer's shard plan
+  std::uint64_t seed = 0;          // weights and data order (the only random state)
+  std::string config;              // the writer's resolved configuration (INI)
+  std::string created;             // UTC, ISO 8601
+  std::uint64_t checksum = 0;      // sum of element hashes of every dataset (see format doc)
+};
+
+// This PS's part of the state: the flat range [begin, end) of the parameters and of each
+// optimizer slot (in the order of slot_names).
+struct ShardView {
+  std::size_t begin = 0, end = 0;
+  float* params = nullptr;
+  std::vector<float*> slots;
+};
+
+// Collective over `ps`: creates `path` and writes the metadata and every PS's part.
+// `meta.checksum` is computed here. Throws Error on I/O failure. `after_data` (tests: a fault
+// hook) runs when the tensors are written and the metadata is not.
+void write_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointMeta meta,
+                      const ParamLayout& layout, const std::vector<std::string>& slot_names,
+                      const ShardView& shard, const std::function<void()>& after_data = {});
+
+// Collective over `ps`: checks that `path` fits this run (model, tensors and shapes, optimizer
+// slots, format version: ConfigError naming the field, both values and what to do), reads
+// every PS's part into `shard`, and verifies the checksum (CheckpointError on corruption).
+// Every PS throws the same error.
+CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, const std::string& model,
+                               const ParamLayout& layout, const std::vector<std::string>& slot_names,
+                               const ShardView& shard);
+
+// Serial access to a whole checkpoint, for drtrain-ckpt and tests.
+class CheckpointFile {
+ public:
+  struct Tensor {
+    std::string path;  // "/params/fc1.weight", "/optimizer/momentum/fc1.weight"
+    std::vector<std::int64_t> shape;
+    std::vector<float> values;
+  };
+  // Opens and reads the metadata (CheckpointError if it cannot).
+  explicit CheckpointFile(const std::string& path);
+  ~CheckpointFile();
+  CheckpointFile(const CheckpointFile&) = delete;
+  CheckpointFile& operator=(const CheckpointFile&) = delete;
+
+  const CheckpointMeta& meta() const { return meta_; }
+  // Dataset paths, parameters first, then each slot's tensors, in file order.
+  std::vector<std::string> datasets() const;
+  std::vector<std::string> slot_names() const;
+  Tensor read(const std::string& dataset) const;
+  // Recomputes the checksum over every dataset; CheckpointError naming the mismatch.
+  void verify() const;
+
+ private:
+  std::string path_;
+  long long file_ = -1;  // hid_t
+  CheckpointMeta meta_;
+};
+
+// The checksum term of `count` consecutive elements of one dataset, starting at flat index
+// `first`. Sums of terms (mod 2^64) over all elements of all datasets give the checksum.
+std::uint64_t checksum_part(const std::string& dataset, std::uint64_t first, const float* values, std::size_t count);
+
+}  // namespace drt::io

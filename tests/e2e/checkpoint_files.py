@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""End-to-end checkpoint tests on real files (run by ctest; see tests/CMakeLists.txt).
+
+usage: checkpoint_files.py --bin BUILD/bin --mpiexec "mpiexec --oversubscribe ..." --work DIR CASE
+CASE:
+  fixture   train 60 steps of the MLP (1 PS + 2 workers), checkpoints every 20 -> DIR/good
+  h5py      every documented field, read with h5py (check_checkpoint.py)
+  h5dump    h5dump -H lists the layout
+  tool      drtrain-ckpt info, stats, verify, diff and export
+  bad       truncated, bit-flipped, wrong model, missing dataset, newer format, empty file, a
+            directory of partial files: clear errors or skips with a warning, never a crash/hang
+  crash     kill -9 of PS 0 in the middle of a write: the previous checkpoint survives and
+            --resume uses it
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, expect_ok=True, env=None, timeout=120):
+    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=env, timeout=timeout)
+    if expect_ok is not None and (p.returncode == 0) != expect_ok:
+        print(p.stdout)
+        raise SystemExit(f"FAIL: {' '.join(cmd)} exited {p.returncode}, expected {'0' if expect_ok else 'non-zero'}")
+    return p.returncode, p.stdout
+
+
+def expect(text, needle, what):
+    if needle not in text:
+        print(text)
+        raise SystemExit(f"FAIL: {what}: '{needle}' not in the output")
+
+
+class Case:
+    def __init__(self, a):
+        self.a = a
+        self.good = os.path.join(a.work, "good")
+        self.tool = os.path.join(a.bin, "drtrain-ckpt")
+
+    def drtrain(self, ranks, *args, expect_ok=True, env=None):
+        cmd = self.a.mpiexec.split() + ["-n", str(ranks), os.path.join(self.a.bin, "drtrain"), "--num-ps", "1",
+                                        "--log-every", "1000", "--eval", "false"] + list(args)
+        return run(cmd, expect_ok, env=env)
+
+    def ckpt(self, step):
+        return os.path.join(self.good, f"ckpt-{step:08d}.h5")
+
+    def fixture(self):
+        shutil.rmtree(self.a.work, ignore_errors=True)
+        os.makedirs(self.a.work)
+        self.drtrain(3, "--max-steps", "60", "--checkpoint-dir", self.good, "--checkpoint-every", "20")
+        for step in (20, 40, 60):
+            assert os.path.exists(self.ckpt(step)), self.ckpt(step)
+
+    def h5py(self):
+        run(["/usr/bin/python3", os.path.join(HERE, "check_checkpoint.py"), self.ckpt(60), "mlp"])
+
+    def h5dump(self):
+        _, out = run(["h5dump", "-H", self.ckpt(60)])
+        expect(out, 'DATASET "fc1.weight"', "h5dump -H")
+        expect(out, "DATASPACE  SIMPLE { ( 512, 784 ) / ( 512, 784 ) }", "h5dump -H")
+        expect(out, 'GROUP "momentum"', "h5dump -H")
+        expect(out, 'ATTRIBUTE "checksum"', "h5dump -H")
+
+    def tool_case(self):
+        _, out = run([self.tool, "info", self.ckpt(60)])
+        expect(out, "step             60", "info")
+        expect(out, "/params/fc1.weight", "info")
+        _, out = run([self.tool, "verify", self.ckpt(60)])
+        expect(out, "checksum matches", "verify")
+        _, out = run([self.tool, "stats", self.ckpt(60)])
+        expect(out, "/optimizer/momentum/fc3.bias", "stats")
+        run([self.tool, "diff", self.ckpt(60), self.ckpt(60)])
+        run([self.tool, "diff", self.ckpt(40), self.ckpt(60)], expect_ok=False)
+        out_file = os.path.join(self.a.work, "state_dict.h5")
+        run([self.tool, "export", self.ckpt(60), out_file])
+        with h5py.File(out_file, "r") as f, h5py.File(self.ckpt(60), "r") as g:
+            assert sorted(f.keys()) == sorted(g["params"].keys()), sorted(f.keys())
+            assert np.array_equal(f["fc1.weight"][()], g["params"]["fc1.weight"][()])
+        run([self.tool, "nonsense", self.ckpt(60)], expect_ok=False)
+
+    def make_bad(self, name, edit):
+        path = os.path.join(self.a.work, "bad", name, f"ckpt-{60:08d}.h5")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.copyfile(self.ckpt(60), path)
+        edit(path)
+        return path
+
+    def bad(self):
+        def truncate(p):
+            with open(p, "r+b") as f:
+                f.truncate(os.path.getsize(p) // 2)
+
+        def flip(p):  # bytes in the middle of fc1.weight's data
+            with h5py.File(p, "r") as f:
+                offset = f["params"]["fc1.weight"].id.get_offset()
+            with open(p, "r+b") as f:
+                f.seek(offset + 4000)
+                data = bytearray(f.read(16))
+                f.seek(offset + 4000)
+                f.write(bytes(b ^ 0x5A for b in data))
+
+        def attribute(name, value):
+            def edit(p):
+                with h5py.File(p, "r+") as f:
+                    f.attrs[name] = value
+            return edit
+
+        def drop(p):
+            with h5py.File(p, "r+") as f:
+                del f["params"]["fc1.bias"]
+
+        def empty(p):
+            open(p, "w").close()
+
+        cases = [  # (name, edit, verify message, --resume FILE message)
+            ("truncated", truncate, "not a readable HDF5 file", "not a readable HDF5 file"),
+            ("bitflip", flip, "checksum does not match", "checksum does not match"),
+            ("model", attribute("model", np.bytes_(b"cnn")), None, "the checkpoint holds --model cnn, this run has --model mlp"),
+            ("missing", drop, "/params/fc1.bias is missing", "has no dataset /params/fc1.bias"),
+            ("version", attribute("format_version", np.int64(99)), "format version 99", "format version 99"),
+            ("empty", empty, "not a readable HDF5 file", "not a readable HDF5 file"),
+        ]
+        for name, edit, verify_msg, resume_msg in cases:
+            path = self.make_bad(name, edit)
+            if verify_msg:
+                code, out = run([self.tool, "verify", path], expect_ok=False)
+                expect(out, verify_msg, f"verify {name}")
+            code, out = self.drtrain(3, "--max-steps", "61", "--resume", path, expect_ok=False)
+            expect(out, resume_msg, f"--resume {name}")
+            if out.count("drtrain: error:") != 1:
+                raise SystemExit(f"FAIL: --resume {name}: expected one error line\n{out}")
+        # A directory holding only broken checkpoints and a leftover temporary file: every file is
+        # skipped with a warning naming it, and training starts from scratch.
+        partial = os.path.join(self.a.work, "bad", "partial")
+        os.makedirs(partial, exist_ok=True)
+        shutil.copyfile(os.path.join(self.a.work, "bad", "truncated", "ckpt-00000060.h5"),
+                        os.path.join(partial, "ckpt-00000060.h5"))
+        shutil.copyfile(os.path.join(self.a.work, "bad", "bitflip", "ckpt-00000060.h5"),
+                        os.path.join(partial, "ckpt-00000040.h5"))
+        open(os.path.join(partial, "ckpt-00000020.h5"), "w").close()
+        shutil.copyfile(self.ckpt(60), os.path.join(partial, ".ckpt-00000080.h5.tmp"))
+        _, out = self.drtrain(3, "--max-steps", "5", "--checkpoint-dir", partial, "--resume")
+        for step in (60, 40, 20):
+            expect(out, f"skipping checkpoint {partial}/ckpt-{step:08d}.h5", "partial directory")
+        expect(out, "no valid checkpoint", "partial directory")
+        assert not os.path.exists(os.path.join(partial, ".ckpt-00000080.h5.tmp")), "the leftover temporary file stayed"
+
+    def crash(self):
+        crash_dir = os.path.join(self.a.work, "crash")
+        shutil.rmtree(crash_dir, ignore_errors=True)
+        env = dict(os.environ, DRT_TEST_FAULT="checkpoint-write:40")
+        code, out = self.drtrain(3, "--max-steps", "60", "--checkpoint-dir", crash_dir, "--checkpoint-every", "20",
+                                 expect_ok=False, env=env)
+        files = sorted(os.listdir(crash_dir))
+        if "ckpt-00000020.h5" not in files or "ckpt-00000040.h5" in files:
+            raise SystemExit(f"FAIL: after the crash the directory holds {files}\n{out}")
+        run([self.tool, "verify", os.path.join(crash_dir, "ckpt-00000020.h5")])
+        _, out = self.drtrain(3, "--max-steps", "60", "--checkpoint-dir", crash_dir, "--resume")
+        expect(out, f"resuming from {crash_dir}/ckpt-00000020.h5 at step 20", "--resume after the crash")
+        run([self.tool, "verify", os.path.join(crash_dir, "ckpt-00000060.h5")])
+        leftovers = [f for f in os.listdir(crash_dir) if f.endswith(".tmp")]
+        if leftovers:
+            raise SystemExit(f"FAIL: temporary files left: {leftovers}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--mpiexec", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash"])
+    a = p.parse_args()
+    case = Case(a)
+    getattr(case, {"tool": "tool_case"}.get(a.case, a.case))()
+    print(f"ok: {a.case}")
+
+
+if __name__ == "__main__":
+    main()

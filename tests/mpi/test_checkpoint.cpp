@@ -1,0 +1,167 @@
+// Checkpoints under real mpiexec: a round trip is bitwise; a run interrupted at step k and
+// resumed equals an uninterrupted one bitwise (deterministic mode); a checkpoint written by one
+// layout (P, W, T) is read by others with parameters and optimizer state bitwise intact, and
+// training goes on.
+// Run as: mpiexec -n 3 test_checkpoint --num-ps 1   and   mpiexec -n 4 test_checkpoint --num-ps 2
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "drtrain/core/strings.hpp"
+#include "drtrain/io/checkpoint.hpp"
+#include "drtrain/io/checkpoint_store.hpp"
+#include "drtrain/nn/model_spec.hpp"
+#include "drtrain/train/trainer.hpp"
+#include "support/mpi_test.hpp"
+
+namespace drt::train {
+namespace {
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// A fresh directory, the same on every rank.
+std::string shared_dir(const std::string& name) {
+  char path[256] = {0};
+  if (world_rank() == 0) {
+    std::string pattern = ::testing::TempDir() + "drt_ckpt_XXXXXX";
+    std::strncpy(path, mkdtemp(pattern.data()), sizeof path - 1);
+  }
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return std::string(path) + "/" + name;
+}
+
+TrainConfig base(int num_ps) {
+  TrainConfig c;
+  c.model = "mlp:784-32-16-10";
+  c.dataset = "synthetic";
+  c.synthetic_train = 600;
+  c.synthetic_test = 40;
+  c.batch_size = 12;  // divisible by W x T of every layout below
+  c.layout.num_ps = num_ps;
+  c.optimizer.kind = optim::OptimizerKind::kAdam;  // two optimizer slots
+  c.optimizer.lr = 1e-3;
+  c.exchange.deterministic = true;
+  c.seed = 3;
+  c.log_every = 1000;
+  c.eval = false;
+  return c;
+}
+
+std::vector<float> train(const TrainConfig& c) {
+  TrainOutputs out;
+  run_training(c, &out);
+  return out.final_params;  // empty on PS ranks
+}
+
+// Every dataset of two checkpoint files, compared bitwise; "" when equal.
+std::string compare_files(const std::string& a, const std::string& b) {
+  const io::CheckpointFile fa(a), fb(b);
+  if (fa.datasets() != fb.datasets()) return "the files hold different datasets";
+  for (const std::string& d : fa.datasets()) {
+    const auto x = fa.read(d), y = fb.read(d);
+    if (x.shape != y.shape || std::memcmp(x.values.data(), y.values.data(), x.values.size() * 4) != 0)
+      return str(d, " differs between ", a, " and ", b);
+  }
+  return "";
+}
+
+int num_ps_arg() { return testing::int_argument("--num-ps", 1); }
+
+TEST(Checkpoint, RoundTripIsBitwise) {
+  TrainConfig c = base(num_ps_arg());
+  c.max_steps = 7;
+  c.checkpoint_dir = shared_dir("roundtrip");
+  const std::vector<float> params = train(c);
+  std::string detail;
+  if (!params.empty()) {
+    const io::CheckpointFile file(io::checkpoint_path(c.checkpoint_dir, 7));
+    file.verify();
+    std::vector<float> stored;
+    for (const std::string& d : file.datasets())
+      if (d.rfind("/params/", 0) == 0) {
+        const auto t = file.read(d);
+        stored.insert(stored.end(), t.values.begin(), t.values.end());
+      }
+    const auto& m = file.meta();
+    if (stored.size() != params.size() || std::memcmp(stored.data(), params.data(), params.size() * 4) != 0)
+      detail = "the stored parameters differ from the workers' final parameters";
+    else if (m.step != 7 || m.model != c.model || m.num_ps != c.layout.num_ps || m.num_workers != world_size() - m.num_ps ||
+             m.global_batch != 12 || m.seed != 3 || file.slot_names() != std::vector<std::string>{"exp_avg", "exp_avg_sq"})
+      detail = "the metadata does not describe the run";
+  }
+  ASSERT_TRUE(testing::all_ranks(detail.empty(), detail));
+}
+
+TEST(Checkpoint, ResumeEqualsUninterruptedBitwise) {
+  const int k = 6;
+  TrainConfig straight = base(num_ps_arg());
+  straight.max_steps = 2 * k;
+  straight.checkpoint_dir = shared_dir("straight");
+  const std::vector<float> a = train(straight);
+
+  TrainConfig first = base(num_ps_arg());
+  first.max_steps = k;
+  first.checkpoint_dir = shared_dir("interrupted");
+  train(first);
+  TrainConfig second = first;
+  second.max_steps = 2 * k;
+  second.resume = "latest";
+  const std::vector<float> b = train(second);
+
+  std::string detail;
+  if (!a.empty()) {
+    if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * 4) != 0)
+      detail = "parameters after k + resume + k differ from 2k uninterrupted steps";
+    else
+      detail = compare_files(io::checkpoint_path(straight.checkpoint_dir, 2 * k),
+                             io::checkpoint_path(first.checkpoint_dir, 2 * k));  // optimizer state too
+  }
+  ASSERT_TRUE(testing::all_ranks(detail.empty(), detail));
+}
+
+TEST(Checkpoint, ReshardsAcrossLayouts) {
+  if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";  // the same verdict on every rank
+  TrainConfig writer = base(2);  // (P, W, T) = (2, 2, 1)
+  writer.max_steps = 5;
+  writer.checkpoint_dir = shared_dir("written");
+  train(writer);
+  const std::string saved = io::checkpoint_path(writer.checkpoint_dir, 5);
+  struct Layout {
+    int ps, towers;
+  };
+  for (const Layout& l : {Layout{1, 2}, Layout{3, 1}}) {  // (1, 3, 2) and (3, 1, 1)
+    // Load with the new layout and save again at once (no step): the files must be equal.
+    TrainConfig reader = base(l.ps);
+    reader.towers = l.towers;
+    reader.resume = saved;
+    reader.max_steps = 5;
+    reader.checkpoint_dir = shared_dir(str("resharded_", l.ps, "_", l.towers));
+    train(reader);
+    const std::string detail = world_rank() == 0 ? compare_files(saved, io::checkpoint_path(reader.checkpoint_dir, 5)) : "";
+    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << "layout P=" << l.ps << " T=" << l.towers;
+    // And training continues from there.
+    reader.max_steps = 8;
+    const std::vector<float> after = train(reader);
+    bool finite = true;
+    for (float v : after) finite = finite && std::isfinite(v);
+    const bool written = world_rank() != 0 || std::filesystem::exists(io::checkpoint_path(reader.checkpoint_dir, 8));
+    ASSERT_TRUE(testing::all_ranks(finite && written, "training after resharding failed"));
+  }
+}
+
+}  // namespace
+}  // namespace drt::train
