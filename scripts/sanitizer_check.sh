@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The code that parses untrusted files (IDX datasets, HDF5 checkpoints) under AddressSanitizer and
+# UndefinedBehaviorSanitizer: a separate build in build-asan/, then the data unit tests and the
+# checkpoint file tests (good, broken and crashed files). Run by scripts/test.sh.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+DRT_BUILD="$DRT_ROOT/build-asan"
+flags=$(drt_mpiexec_flags)
+cmake -S "$DRT_ROOT" -B "$DRT_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRT_SANITIZE=address,undefined \
+      -DDRT_ENABLE_CUDA=OFF -DDRT_BUILD_BENCH=OFF "-DDRT_MPIEXEC_FLAGS=${flags// /;}"
+cmake --build "$DRT_BUILD" -j "$DRT_JOBS" --target drtrain drtrain-ckpt test_data
+# MPI libraries keep memory until exit by design: leak reports would be theirs, not drtrain's.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+"$DRT_BUILD/tests/test_data"
+work="$DRT_BUILD/checkpoint-files"
+for case in fixture bad crash tool; do
+  /usr/bin/python3 "$DRT_ROOT/tests/e2e/checkpoint_files.py" --bin "$DRT_BUILD/bin" \
+    --mpiexec "mpiexec $flags" --work "$work" "$case"
+done
+echo "sanitizer check: passed"
