@@ -135,18 +135,12 @@ CheckpointMeta read_meta(hid_t file) {
   return m;
 }
 
-// Names of the groups under /optimizer.
+// Names of the groups under /optimizer, sorted.
 std::vector<std::string> list_slots(hid_t file) {
-  std::vector<std::string> names;
-  if (H5Lexists(file, kOptimizer, H5P_DEFAULT) <= 0) return names;
+  if (H5Lexists(file, kOptimizer, H5P_DEFAULT) <= 0) return {};
   H5Id group(DRT_H5_CHECK(H5Gopen2(file, kOptimizer, H5P_DEFAULT), "opening /optimizer"));
-  H5Literate(
-      group, H5_INDEX_NAME, H5_ITER_INC, nullptr,
-      [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
-        static_cast<std::vector<std::string>*>(out)->push_back(name);
-        return 0;
-      },
-      &names);
+  std::vector<std::string> names = link_names(group);
+  std::sort(names.begin(), names.end());
   return names;
 }
 
@@ -359,23 +353,7 @@ std::vector<std::string> CheckpointFile::datasets() const {
   std::vector<std::string> out;
   auto list = [&](const std::string& group) {
     H5Id g(DRT_H5_CHECK(H5Gopen2(static_cast<hid_t>(file_), group.c_str(), H5P_DEFAULT), "opening " + group));
-    std::vector<std::string> names;
-    H5Literate(
-        g, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr,
-        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-          static_cast<std::vector<std::string>*>(data)->push_back(name);
-          return 0;
-        },
-        &names);
-    if (names.empty())  // files without creation-order tracking: by name
-      H5Literate(
-          g, H5_INDEX_NAME, H5_ITER_INC, nullptr,
-          [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-            static_cast<std::vector<std::string>*>(data)->push_back(name);
-            return 0;
-          },
-          &names);
-    for (const auto& n : names) out.push_back(group + "/" + n);
+    for (const auto& n : link_names(g)) out.push_back(group + "/" + n);
   };
   list(kParams);
   for (const auto& slot : slot_names()) list(std::string(kOptimizer) + "/" + slot);

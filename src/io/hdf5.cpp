@@ -150,6 +150,23 @@ std::vector<std::uint64_t> read_uint_array_attribute(hid_t object, const std::st
   return values;
 }
 
+std::vector<std::string> link_names(hid_t group) {
+  auto collect = [group](H5_index_t index) {
+    std::vector<std::string> names;
+    const herr_t rc = H5Literate(
+        group, index, H5_ITER_INC, nullptr,
+        [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+          static_cast<std::vector<std::string>*>(out)->push_back(name);
+          return 0;
+        },
+        &names);
+    if (rc < 0) H5Eclear2(H5E_DEFAULT);
+    return rc < 0 ? std::vector<std::string>{} : names;
+  };
+  std::vector<std::string> names = collect(H5_INDEX_CRT_ORDER);  // fails without order tracking
+  return names.empty() ? collect(H5_INDEX_NAME) : names;
+}
+
 namespace {
 
 // Adds to the selection the elements with flat index in [begin, end) of the sub-array that

@@ -51,6 +51,10 @@ double read_double_attribute(hid_t object, const std::string& name);
 std::string read_string_attribute(hid_t object, const std::string& name);
 std::vector<std::uint64_t> read_uint_array_attribute(hid_t object, const std::string& name);
 
+// Names of the links (groups, datasets) in `group`, in creation order when the group tracks it,
+// else by name.
+std::vector<std::string> link_names(hid_t group);
+
 // Selects, in `file_space` (a simple dataspace of `shape`), the elements whose row-major flat
 // index lies in [begin, end), as a union of hyperslabs (at most two per dimension).
 void select_flat_range(hid_t file_space, const std::vector<hsize_t>& shape, hsize_t begin, hsize_t end);
