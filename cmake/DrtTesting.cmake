@@ -11,8 +11,8 @@
 #
 #   drt_test_executable(<target> SOURCES ... [LIBS ...] [MPI_MAIN])
 #   drt_add_test(NAME <name> KIND unit|mpi|gpu COMMAND <target> [ARGS ...] [NP n] [TIMEOUT s]
-#                [EXPECT_FAIL_REGEX <regex>] [EXPECT_COUNT n] [SUMMARY_AT_LEAST <field> <min>]
-#                [LABELS ...])
+#                [EXPECT_FAIL_REGEX <regex>] [EXPECT_COUNT n|n+] [SUMMARY_AT_LEAST <field> <min>]
+#                [ENV VAR=value ...] [LABELS ...])
 
 set(DRT_MPIEXEC_FLAGS "" CACHE STRING "Extra mpiexec flags for MPI tests (a CMake list)")
 
@@ -32,7 +32,7 @@ endfunction()
 
 function(drt_add_test)
   cmake_parse_arguments(T "" "NAME;KIND;COMMAND;NP;TIMEOUT;EXPECT_FAIL_REGEX;EXPECT_COUNT"
-                        "ARGS;LABELS;SUMMARY_AT_LEAST" ${ARGN})
+                        "ARGS;LABELS;SUMMARY_AT_LEAST;ENV" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
@@ -67,6 +67,9 @@ function(drt_add_test)
   endif()
   add_test(NAME ${T_NAME} COMMAND ${cmd})
   set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_KIND};${T_LABELS}")
+  if(T_ENV)
+    set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${T_ENV}")
+  endif()
   if(T_KIND STREQUAL "mpi")
     set_tests_properties(${T_NAME} PROPERTIES PROCESSORS ${T_NP})
   elseif(T_KIND STREQUAL "gpu")

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/error.hpp"
@@ -38,16 +39,15 @@ MpiSession::~MpiSession() {
 
 int run_mpi_main(int argc, char** argv, const char* program,
                  const std::function<int(MpiSession&, int, char**)>& body) {
-  int world_rank = -1;
+  // The session lives outside the try: after a failure it must still be there to MPI_Abort, not
+  // finalise (MPI_Finalize waits for peers that may be dead, stopped or blocked on this rank).
+  std::optional<MpiSession> session;
   try {
-    MpiSession session(&argc, &argv);
-    world_rank = session.world_rank();
-    try {
-      return body(session, argc, argv);
-    } catch (const ConfigError& e) {
-      if (session.world_rank() == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
-      return 2;
-    }
+    session.emplace(&argc, &argv);
+    return body(*session, argc, argv);
+  } catch (const ConfigError& e) {
+    if (!session || session->world_rank() == 0) std::fprintf(stderr, "%s: error: %s\n", program, e.what());
+    return 2;  // every rank alike: finalise normally
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: fatal error on %s: %s\n", program, rank_tag().c_str(), e.what());
   } catch (...) {
@@ -57,7 +57,7 @@ int run_mpi_main(int argc, char** argv, const char* program,
   int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalized);
-  if (initialised && !finalized && world_rank >= 0) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (initialised && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
   return 1;
 }
 

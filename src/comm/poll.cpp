@@ -49,4 +49,19 @@ void sleepy_barrier(const Comm& comm, double timeout_s, int max_nap_us, const st
   wait_request(request, timeout_s, max_nap_us, [&] { return what; });
 }
 
+void allreduce_in_place(const Comm& comm, void* data, int count, MPI_Datatype type, MPI_Op op, double timeout_s,
+                        int max_nap_us, const std::string& what) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  DRT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, type, op, comm.get(), &request));
+  wait_request(request, timeout_s, max_nap_us, [&] { return what + " (an all-reduce over every rank of it)"; });
+}
+
+void gather(const Comm& comm, const void* send, int bytes_per_rank, void* receive, int root, double timeout_s,
+            int max_nap_us, const std::string& what) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  DRT_MPI_CHECK(MPI_Igather(send, bytes_per_rank, MPI_BYTE, receive, bytes_per_rank, MPI_BYTE, root, comm.get(),
+                            &request));
+  wait_request(request, timeout_s, max_nap_us, [&] { return what; });
+}
+
 }  // namespace drt::comm

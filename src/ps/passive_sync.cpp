@@ -77,15 +77,8 @@ class PassiveSync final : public SyncProtocol {
   void await_block(int ps, int block, std::int64_t version) override {
     if (block_published(ps, block, version, false)) return;
     comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
-    while (!block_published(ps, block, version, true)) {
-      const std::int64_t seen = versions_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)];
-      if (!waiter.pause())
-        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                            " s for ", topo_.ps_name(ps), " to publish block ", block, " of step ", version - 2,
-                            " (it has published ", seen, " version(s) of it); "
-                            "that PS, or a worker it waits for, is dead, stopped or stuck (raise "
-                            "--hang-timeout if it is only slow)"));
-    }
+    while (!block_published(ps, block, version, true))
+      if (!waiter.pause()) throw publish_hang(ps, block, version, waiter.waited_seconds());
   }
 
   void complete_pull() override { DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0))); }
@@ -157,6 +150,25 @@ class PassiveSync final : public SyncProtocol {
   // Orders this PS's loads and stores of window memory against the peers' RMA (unified model).
   void sync_local_memory() {
     for (int w = 0; w < window_.num_data_windows(); ++w) DRT_MPI_CHECK(MPI_Win_sync(window_.data(w)));
+  }
+
+  // A worker gave up waiting for block `block` of PS `ps`: the PS's own arrival words (readable
+  // by anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
+  HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
+    std::vector<std::string> missing;
+    for (int w = 0; w < topo_.num_workers(); ++w) {
+      std::int64_t pushed = 0;
+      control_.read(ps, window_.layout(ps).pushed_word(w, block), 1, &pushed);
+      if (pushed < version - 1) missing.push_back(topo_.worker_name(w));
+    }
+    const std::int64_t seen = versions_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)];
+    return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ",
+                         topo_.ps_name(ps), " to publish block ", block, " after step ", version - 2,
+                         " (it has published ", seen, " version(s) of it); ",
+                         missing.empty() ? str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck")
+                                         : str("it still lacks the gradients of ", join(missing, ", "),
+                                               ", which is dead, stopped or stuck"),
+                         " (raise --hang-timeout if it is only slow)"));
   }
 
   const comm::Topology& topo_;

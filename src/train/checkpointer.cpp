@@ -13,6 +13,7 @@
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/log.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
 
 namespace drt::train {
@@ -21,13 +22,6 @@ namespace {
 std::vector<std::string> slot_names(const Job& job) {
   auto probe = optim::make_optimizer(job.optimizer, 0);
   return probe->slot_names();
-}
-
-// Test-only fault hook: DRT_TEST_FAULT=checkpoint-write:<step> kills PS 0 (SIGKILL) in the middle
-// of writing the checkpoint of that step, after the data and before the metadata.
-bool fault_requested(std::int64_t step) {
-  const char* spec = std::getenv("DRT_TEST_FAULT");
-  return spec && std::strcmp(spec, str("checkpoint-write:", step).c_str()) == 0;
 }
 
 // Reads `file` into the resume point's buffers (PS, collective over the PS communicator).
@@ -191,7 +185,8 @@ void Checkpointer::save(std::int64_t step) {
     view.slots.push_back(server_.optimizer().slot(k).data());
   const bool lead = job_.topo.role_index() == 0;
   std::function<void()> fault;
-  if (fault_requested(step) && lead) fault = [] { raise(SIGKILL); };
+  // Test-only (core/test_faults.hpp): die after the data, before the metadata.
+  if (lead && test_fault(str("checkpoint-write:", step))) fault = [] { raise(SIGKILL); };
   io::write_checkpoint(job_.topo.role_comm(), temp, meta(step), job_.spec.layout(),
                        server_.optimizer().slot_names(), view, fault);
   // Every PS closed the file (write_checkpoint returns after the collective close).

@@ -2,6 +2,7 @@
 #include "drtrain/train/trainer.hpp"
 
 #include <sched.h>
+#include <signal.h>
 #include <algorithm>
 #include <optional>
 #include <thread>
@@ -12,9 +13,11 @@
 #include "drtrain/data/epoch_plan.hpp"
 #include "drtrain/comm/agreement.hpp"
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/poll.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 #include "drtrain/ps/server.hpp"
 #include "checkpointer.hpp"
 #include "job.hpp"
@@ -106,7 +109,10 @@ RankReport run_ps(const Job& job, ResumePoint& resume) {
   Checkpointer checkpoints(job, server, resume.file);
   server.start();
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
-  server.serve([&](std::int64_t step) { checkpoints.after_step(step); });
+  server.serve([&](std::int64_t step) {
+    if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
+    checkpoints.after_step(step);
+  });
   checkpoints.finish(server.global_step());
   RankReport r;
   r.wall_s = now_seconds() - wall0;
@@ -120,7 +126,8 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
   const comm::Topology& topo = job.topo;
   const int chief = topo.worker_world_ranks().front();
   std::vector<RankReport> all(static_cast<std::size_t>(topo.world_size()));
-  DRT_MPI_CHECK(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, chief, MPI_COMM_WORLD));
+  comm::gather(topo.world(), &mine, sizeof mine, all.data(), chief, job.config.exchange.hang_timeout_s,
+               job.config.exchange.max_nap_us, "the final report of every rank");
   if (!out.active()) return;
   double ps_cpu_fraction = 0.0;
   for (int p = 0; p < topo.num_ps(); ++p) {

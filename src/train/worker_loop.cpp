@@ -1,15 +1,19 @@
 // The worker's side of a run: the training loop over the PS exchange, progress reporting and
 // evaluation. Every worker runs the same number of steps and reaches the same reporting points,
 // so the reductions over the worker communicator line up without extra coordination.
+#include <signal.h>
+
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <vector>
 
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/poll.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/towers.hpp"
@@ -120,6 +124,7 @@ class WorkerLoop {
   }
 
   void train_step(const data::WorkerBatch& batch, std::int64_t step) {
+    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
     // Each tower's gradient is W / B_global * (sum of its losses)': summed over towers and
     // divided by W on the PS, that is the mean over the global batch, whatever the split.
     const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
@@ -155,9 +160,9 @@ class WorkerLoop {
   }
 
   void report_interval(std::int64_t step, const data::WorkerBatch& batch) {
-    const MPI_Comm workers = topo_.role_comm().get();
-    DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tally_.values(), 3, MPI_DOUBLE, MPI_SUM, workers));
-    DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, phases_.values(), Phases::kCount, MPI_DOUBLE, MPI_MAX, workers));
+    const std::string what = str("the training statistics of step ", step + 1, " among the workers");
+    reduce(tally_.values(), 3, MPI_SUM, what);
+    reduce(phases_.values(), Phases::kCount, MPI_MAX, what);
     const double now = now_seconds();
     const double rate = tally_.samples / std::max(1e-9, now - interval_start_);
     const double eta = static_cast<double>(job_.total_steps - step - 1) * job_.config.batch_size / std::max(rate, 1e-9);
@@ -187,13 +192,19 @@ class WorkerLoop {
     interval_start_ = now;
   }
 
+  // Worker-communicator all-reduce that times out (--hang-timeout) instead of hanging.
+  void reduce(double* values, int count, MPI_Op op, const std::string& what) {
+    const ps::ExchangeConfig& x = job_.config.exchange;
+    comm::allreduce_in_place(topo_.role_comm(), values, count, MPI_DOUBLE, op, x.hang_timeout_s, x.max_nap_us, what);
+  }
+
   double current_lr(std::int64_t step) const { return job_.optimizer.schedule.lr_at(job_.optimizer.lr, step); }
 
   // Test-set loss and accuracy: every worker its slice, summed over the workers.
   void evaluate(std::int64_t step, int epoch) {
     const backend::LossSums sums = towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
     Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
-    DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.values(), 3, MPI_DOUBLE, MPI_SUM, topo_.role_comm().get()));
+    reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
     last_eval_ = t;
     if (t.samples == 0) return;
     const double accuracy = t.correct / t.samples, loss = t.loss / t.samples;

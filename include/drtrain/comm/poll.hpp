@@ -36,4 +36,12 @@ void wait_request(MPI_Request& request, double timeout_s, int max_nap_us,
 // MPI_Ibarrier + wait_request: a barrier that does not spin.
 void sleepy_barrier(const Comm& comm, double timeout_s, int max_nap_us, const std::string& what);
 
+// Collectives that nap while they wait and give up after timeout_s with a HangError naming
+// `what` (e.g. "the training statistics of step 500"): a stopped or dead peer ends the job
+// instead of hanging it. In place (MPI_IN_PLACE) for the reduction.
+void allreduce_in_place(const Comm& comm, void* data, int count, MPI_Datatype type, MPI_Op op, double timeout_s,
+                        int max_nap_us, const std::string& what);
+void gather(const Comm& comm, const void* send, int bytes_per_rank, void* receive, int root, double timeout_s,
+            int max_nap_us, const std::string& what);
+
 }  // namespace drt::comm

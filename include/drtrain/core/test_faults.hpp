@@ -1,0 +1,18 @@
+// Test-only fault injection. DRT_TEST_FAULT names one fault; the code that can fail asks whether
+// it is the one requested. Faults in use:
+//   checkpoint-write:<step>   PS 0 kills itself (SIGKILL) in the middle of that checkpoint
+//   stop:<world rank>:<step>  that rank stops itself (SIGSTOP) before that training step
+// Unset in normal runs; nothing else reads it.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace drt {
+
+inline bool test_fault(const std::string& fault) {
+  const char* spec = std::getenv("DRT_TEST_FAULT");
+  return spec && fault == spec;
+}
+
+}  // namespace drt
