@@ -14,6 +14,7 @@ packages=(
   libgtest-dev                        # tests
   zlib1g-dev                          # gzip'd IDX files
   python3 python3-h5py python3-numpy  # checkpoint tests read files with h5py
+  python3-matplotlib                  # scripts/plot_metrics.py
   dataset-fashion-mnist               # training data under /usr/share/datasets/fashion-mnist
 )
 

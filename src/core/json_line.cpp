@@ -31,7 +31,7 @@ JsonLine& JsonLine::raw(const std::string& key, const std::string& text) {
 JsonLine& JsonLine::add(const std::string& key, double value) {
   if (!std::isfinite(value)) return raw(key, "null");
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", value);
+  std::snprintf(buf, sizeof buf, "%.10g", value);  // 10 digits: microsecond times of hours-long runs
   return raw(key, buf);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 
 namespace drt::nn {
@@ -58,16 +59,19 @@ void Network::forward(const float* x, int n) {
 
 backend::LossSums Network::train(const float* x, const std::int32_t* labels, int n, float grad_scale) {
   const std::size_t total = spec_.layout().total();
+  last_forward_s_ = last_backward_s_ = 0.0;
   if (n == 0) {
     std::vector<float> zeros(total, 0.0f);
     device_.copy_from_host(grads_, zeros.data(), total * sizeof(float));
     return {};
   }
+  const double t0 = now_seconds();
   forward(x, n);
   const int classes = spec_.classes();
   float* dy = grad_a_.floats();
   float* dx = grad_b_.floats();
   const backend::LossSums sums = device_.softmax_cross_entropy(acts_.back(), labels, n, classes, dy, grad_scale);
+  const double t1 = now_seconds();
   for (std::size_t i = layers_.size(); i-- > 0;) {
     TensorShape in = shapes_[i];
     in.n = n;
@@ -75,6 +79,8 @@ backend::LossSums Network::train(const float* x, const std::int32_t* labels, int
     layers_[i]->backward(device_, in, acts_[i], acts_[i + 1], dy, target);
     if (target && target != dy) std::swap(dy, dx);
   }
+  last_forward_s_ = t1 - t0;
+  last_backward_s_ = now_seconds() - t1;
   return sums;
 }
 

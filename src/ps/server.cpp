@@ -77,9 +77,14 @@ std::int64_t ParameterServer::serve(const StepHook& after_step) {
       remaining -= static_cast<int>(ready.size());
       const double t2 = now_seconds();
       sync_->publish(ready, pushes + 1);
+      const double t3 = now_seconds();
       stats_.wait_s += t1 - t0;
       stats_.apply_s += t2 - t1;
-      stats_.publish_s += now_seconds() - t2;
+      stats_.publish_s += t3 - t2;
+      if (span_sink_) {
+        span_sink_("ps wait", t0, t1, global_step());
+        span_sink_("ps apply", t1, t3, global_step());
+      }
     }
     ++stats_.steps;
     if (after_step) after_step(global_step());

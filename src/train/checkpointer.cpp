@@ -202,6 +202,7 @@ void Checkpointer::save(std::int64_t step) {
   last_saved_ = step;
   last_time_ = now_seconds();
   seconds_ += last_time_ - t0;
+  job_.timeline->span("checkpoint", t0, last_time_, step);
 }
 
 }  // namespace drt::train

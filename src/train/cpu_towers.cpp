@@ -38,15 +38,20 @@ class CpuTowers final : public Towers {
   backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale) override {
     DRT_ASSERT(static_cast<int>(batch.towers.size()) == count(), "batch parts != towers");
     backend::LossSums total;
+    split_ = {};
     for (int t = 0; t < count(); ++t) {
       const data::TowerBatch& part = batch.towers[static_cast<std::size_t>(t)];
       const backend::LossSums sums =
           tower(t).network.train(part.images.data(), part.labels.data(), part.count, grad_scale);
+      split_.forward_s += tower(t).network.last_forward_s();
+      split_.backward_s += tower(t).network.last_backward_s();
       total.loss += sums.loss;
       total.correct += sums.correct;
     }
     return total;
   }
+
+  ComputeSplit last_compute_split() const override { return split_; }
 
   const float* combine_gradients() override {
     float* sum = tower(0).grads.floats();
@@ -78,6 +83,7 @@ class CpuTowers final : public Towers {
   std::size_t image_;  // floats per input sample
   int max_batch_;
   std::vector<std::unique_ptr<CpuTower>> towers_;
+  ComputeSplit split_;
 };
 
 }  // namespace

@@ -35,6 +35,8 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("seed", po::value<std::uint64_t>(&c.seed)->default_value(c.seed), "initial weights and data order")
       ("metrics", po::value<std::string>(&c.metrics)->default_value(c.metrics),
        "write JSON lines (progress, evaluation, summary) to this file")
+      ("timeline", po::value<std::string>(&c.timeline)->default_value(c.timeline),
+       "write a Chrome trace (chrome://tracing, ui.perfetto.dev) of every rank's phases to this file")
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
@@ -93,7 +95,7 @@ std::string TrainConfig::to_ini() const {
     << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir
     << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
     << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
-    << "\nseed = " << seed << "\nmetrics = " << metrics << "\nlog-every = " << log_every << "\nthreads = " << threads
+    << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << (resume.empty() ? std::string() : "\nresume = " + resume)

@@ -107,6 +107,10 @@ RankReport run_ps(const Job& job, ResumePoint& resume) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step);
   load_into(resume, server);
   Checkpointer checkpoints(job, server, resume.file);
+  if (job.timeline->enabled())
+    server.set_span_sink([&job](const char* name, double a, double b, std::int64_t step) {
+      job.timeline->span(name, a, b, step);
+    });
   server.start();
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   server.serve([&](std::int64_t step) {
@@ -162,7 +166,9 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   const comm::Topology topo = comm::Topology::create(config.layout.num_ps, config.layout.placement);
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
   const Datasets datasets = load_data(config, topo);
-  const Job job = make_job(config, topo, datasets);
+  Job job = make_job(config, topo, datasets);
+  Timeline timeline(!config.timeline.empty());
+  job.timeline = &timeline;
   std::optional<Reporter> reporter;
   std::optional<std::string> error;
   try {
@@ -183,6 +189,10 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   if (outputs) {
     outputs->test_accuracy = mine.test_accuracy;
     outputs->test_loss = mine.test_loss;
+  }
+  if (timeline.enabled()) {
+    timeline.write(topo, config.timeline, config.exchange.hang_timeout_s, config.exchange.max_nap_us);
+    reporter->line(str("timeline: ", config.timeline, " (open in chrome://tracing or ui.perfetto.dev)"));
   }
   final_report(job, mine, now_seconds() - start, *reporter);
   return 0;

@@ -3,6 +3,7 @@
 // so the reductions over the worker communicator line up without extra coordination.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -80,8 +81,10 @@ class WorkerLoop {
     interval_start_ = wall0;
     bool evaluated_last = false;
     for (std::int64_t step = resume_.step; step < job_.total_steps; ++step) {
+      const double before = now_seconds();
       const data::WorkerBatch batch = loader.next();
       phases_.data += loader.take_wait_seconds();
+      job_.timeline->span("data wait", before, now_seconds(), step);
       train_step(batch, step);
       const bool epoch_end = batch.step_in_epoch + 1 == batch.steps_in_epoch;
       if ((step + 1) % job_.config.log_every == 0 || epoch_end || step + 1 == job_.total_steps)
@@ -128,28 +131,44 @@ class WorkerLoop {
     // Each tower's gradient is W / B_global * (sum of its losses)': summed over towers and
     // divided by W on the PS, that is the mean over the global batch, whatever the split.
     const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
-    double t0 = now_seconds();
+    const double t0 = now_seconds();
     const backend::LossSums sums = towers_->compute(batch, scale);
     if (!std::isfinite(sums.loss))
       throw Error(str(rank_tag(), ": ", topo_.my_name(), ": the training loss is ", sums.loss, " at step ", step,
                       " (epoch ", batch.epoch + 1, "); the learning rate is probably too high: lower --lr (now ",
                       job_.optimizer.lr, "), add --warmup-steps, or try --optimizer adam"));
-    double t1 = now_seconds();
+    const double t1 = now_seconds();
     const float* grad = towers_->combine_gradients();
-    double t2 = now_seconds();
+    const double t2 = now_seconds();
     const std::size_t n = job_.plan.total();
     exchange_.push(grad, 0, n).wait();
     exchange_.finish_push();
+    const double pushed = now_seconds();
     exchange_.pull(towers_->parameter_staging(), 0, n).wait();
+    const double pulled = now_seconds();
     towers_->load_parameters();
     const double t3 = now_seconds();
     const ps::ExchangeTimes x = exchange_.take_times();
+    if (job_.timeline->enabled()) {
+      // Forward and backward as measured (summed over the towers); in the pull, the waits for
+      // blocks and the Gets interleave: shown as one wait, then the Gets.
+      const Towers::ComputeSplit split = towers_->last_compute_split();
+      Timeline& tl = *job_.timeline;
+      tl.span("forward", t0, t0 + split.forward_s, step);
+      tl.span("backward", t0 + split.forward_s, t0 + split.forward_s + split.backward_s, step);
+      tl.span("tower combine", t1, t2, step);
+      tl.span("push", t2, pushed, step);
+      tl.span("ps wait", pushed, pushed + x.wait_s, step);
+      tl.span("pull", pushed + x.wait_s, pulled, step);
+      if (towers_->count() > 1) tl.span("load towers", pulled, t3, step);
+    }
     phases_.compute += t1 - t0;
     phases_.combine += (t2 - t1) + std::max(0.0, (t3 - t2) - x.push_s - x.wait_s - x.pull_s);
     phases_.push += x.push_s;
     phases_.wait += x.wait_s;
     phases_.pull += x.pull_s;
     busy_s_ += t3 - t0;
+    step_ms_.push_back(1e3 * (t3 - t0));
     int my_samples = 0;
     for (const auto& part : batch.towers) my_samples += part.count;
     tally_.loss += sums.loss;
@@ -169,9 +188,14 @@ class WorkerLoop {
     const double loss = tally_.loss / std::max(1.0, tally_.samples);
     const double accuracy = tally_.correct / std::max(1.0, tally_.samples);
     const double per_step = 1e3 / std::max(1, interval_steps_);
+    const Stragglers s = stragglers(what);
     out_.line(str("epoch ", batch.epoch + 1, "/", job_.config.epochs, " step ", batch.step_in_epoch + 1, "/",
-                  batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  loss ", loss, "  train acc ",
-                  accuracy, "  ", static_cast<long>(rate), " samples/s  ETA ", clock_text(eta)));
+                  batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  loss ", fixed(loss, 4),
+                  "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate), " samples/s  ETA ", clock_text(eta)));
+    if (topo_.num_workers() > 1)
+      out_.line(str("  step ms over workers: median ", fixed(s.median, 2), ", p90 ", fixed(s.p90, 2), ", max ",
+                    fixed(s.max, 2), "; slowest ", topo_.worker_name(s.slowest), " (median ", fixed(s.slowest_median, 2),
+                    ")"));
     out_.record(JsonLine()
                     .add("step", static_cast<std::int64_t>(step + 1))
                     .add("epoch", batch.epoch + 1)
@@ -185,11 +209,46 @@ class WorkerLoop {
                                                    .add("tower_combine", phases_.combine * per_step)
                                                    .add("push", phases_.push * per_step)
                                                    .add("ps_wait_apply", phases_.wait * per_step)
-                                                   .add("pull", phases_.pull * per_step)));
+                                                   .add("pull", phases_.pull * per_step))
+                    .add_object("step_ms", JsonLine()
+                                               .add("median", s.median)
+                                               .add("p90", s.p90)
+                                               .add("max", s.max)
+                                               .add("slowest_worker", s.slowest)
+                                               .add("slowest_median", s.slowest_median)));
     tally_ = {};
     phases_ = {};
+    step_ms_.clear();
     interval_steps_ = 0;
     interval_start_ = now;
+  }
+
+  // Step times over the interval: each worker's median, p90 and max, gathered by the chief.
+  struct Stragglers {
+    double median = 0, p90 = 0, max = 0, slowest_median = 0;
+    int slowest = 0;
+  };
+  Stragglers stragglers(const std::string& what) {
+    std::vector<double> sorted = step_ms_;
+    std::sort(sorted.begin(), sorted.end());
+    auto at = [&](double q) { return sorted.empty() ? 0.0 : sorted[static_cast<std::size_t>(q * (sorted.size() - 1))]; };
+    const double mine[3] = {at(0.5), at(0.9), sorted.empty() ? 0.0 : sorted.back()};
+    std::vector<double> all(3 * static_cast<std::size_t>(topo_.num_workers()));
+    const ps::ExchangeConfig& x = job_.config.exchange;
+    comm::gather(topo_.role_comm(), mine, sizeof mine, all.data(), 0, x.hang_timeout_s, x.max_nap_us, what);
+    Stragglers s;
+    if (!topo_.is_chief()) return s;
+    std::vector<double> medians;
+    for (int w = 0; w < topo_.num_workers(); ++w) {
+      const double* m = &all[3 * static_cast<std::size_t>(w)];
+      medians.push_back(m[0]);
+      s.p90 = std::max(s.p90, m[1]);
+      s.max = std::max(s.max, m[2]);
+      if (m[0] > s.slowest_median) s.slowest_median = m[0], s.slowest = w;
+    }
+    std::sort(medians.begin(), medians.end());
+    s.median = medians[medians.size() / 2];
+    return s;
   }
 
   // Worker-communicator all-reduce that times out (--hang-timeout) instead of hanging.
@@ -202,14 +261,16 @@ class WorkerLoop {
 
   // Test-set loss and accuracy: every worker its slice, summed over the workers.
   void evaluate(std::int64_t step, int epoch) {
+    const double start = now_seconds();
     const backend::LossSums sums = towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
     Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
     reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
     last_eval_ = t;
+    job_.timeline->span("evaluation", start, now_seconds(), step + 1);
     if (t.samples == 0) return;
     const double accuracy = t.correct / t.samples, loss = t.loss / t.samples;
-    out_.line(str(epoch >= 0 ? str("epoch ", epoch + 1, " ") : std::string("final "), "test: loss ", loss,
-                  "  accuracy ", accuracy, " (", static_cast<long>(t.samples), " images)"));
+    out_.line(str(epoch >= 0 ? str("epoch ", epoch + 1, " ") : std::string("final "), "test: loss ", fixed(loss, 4),
+                  "  accuracy ", fixed(accuracy, 4), " (", static_cast<long>(t.samples), " images)"));
     out_.record(JsonLine()
                     .add("eval", true)
                     .add("step", static_cast<std::int64_t>(step + 1))
@@ -228,6 +289,7 @@ class WorkerLoop {
   data::TowerBatch test_part_;
   Phases phases_;
   Tally tally_, last_eval_;
+  std::vector<double> step_ms_;  // this worker's step times (compute to parameters loaded) in the interval
   int interval_steps_ = 0;
   double interval_start_ = 0.0;
   double busy_s_ = 0.0;

@@ -19,6 +19,9 @@ std::string str(const Args&... args) {
 // "1.50 MiB", "12.0 GiB", "512 B"
 std::string human_bytes(double bytes);
 
+// fixed(3.14159, 2) == "3.14"
+std::string fixed(double value, int decimals);
+
 // join({"a","b"}, ", ") == "a, b"
 std::string join(const std::vector<std::string>& parts, const std::string& sep);
 

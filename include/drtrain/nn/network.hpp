@@ -28,6 +28,10 @@ class Network {
   backend::LossSums evaluate(const float* x, const std::int32_t* labels, int n);
 
   int max_batch() const { return max_batch_; }
+  // Seconds of the last train(): forward (with the loss) and backward. On an asynchronous device
+  // these measure issuing, not execution.
+  double last_forward_s() const { return last_forward_s_; }
+  double last_backward_s() const { return last_backward_s_; }
 
  private:
   void forward(const float* x, int n);
@@ -41,6 +45,7 @@ class Network {
   std::vector<float*> acts_;              // acts_[i] = input of layer i; acts_.back() = logits
   backend::DeviceBuffer grad_a_, grad_b_; // ping-pong buffers for activation gradients
   float* grads_ = nullptr;
+  double last_forward_s_ = 0.0, last_backward_s_ = 0.0;
 };
 
 }  // namespace drt::nn

@@ -48,6 +48,11 @@ class ParameterServer {
   using StepHook = std::function<void(std::int64_t global_step)>;
   std::int64_t serve(const StepHook& after_step = {});
 
+  // Optional: receives the serve loop's phases ("ps wait", "ps apply") as they happen, e.g. for
+  // a timeline. Times from now_seconds().
+  using SpanSink = std::function<void(const char* name, double start_s, double end_s, std::int64_t step)>;
+  void set_span_sink(SpanSink sink) { span_sink_ = std::move(sink); }
+
   ShardRange range() const { return range_; }
   float* params();  // this PS's shard, range().size() elements
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -69,6 +74,7 @@ class ParameterServer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
   ServerStats stats_;
+  SpanSink span_sink_;
 };
 
 // Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots,

@@ -35,6 +35,11 @@ class Towers {
   virtual float* parameter_staging() = 0;
   // Gives every tower the parameters now in parameter_staging().
   virtual void load_parameters() = 0;
+  // Seconds the last compute() spent in forward and in backward, summed over the towers.
+  struct ComputeSplit {
+    double forward_s = 0.0, backward_s = 0.0;
+  };
+  virtual ComputeSplit last_compute_split() const = 0;
   // Forward-only loss over n host images (tower 0, in batches).
   virtual backend::LossSums evaluate(const float* images, const std::int32_t* labels, int n) = 0;
 };

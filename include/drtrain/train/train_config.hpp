@@ -27,6 +27,7 @@ struct TrainConfig {
   optim::OptimizerConfig optimizer;
   std::uint64_t seed = 1;
   std::string metrics;  // JSON lines file; empty: none
+  std::string timeline;  // Chrome trace file; empty: none
   int log_every = 50;   // steps between progress lines and metrics records
   int threads = 0;      // BLAS threads per worker; 0: cores on the node / workers on the node
   bool eval = true;     // evaluate on the test set after every epoch
