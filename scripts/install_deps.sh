@@ -6,8 +6,9 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git
-  openmpi-bin libopenmpi-dev          # MPI (Open MPI 4.1)
+  openmpi-bin libopenmpi-dev          # MPI (Open MPI 4.1), the default
   libhdf5-openmpi-dev hdf5-tools      # parallel HDF5 (checkpoints), h5ls/h5dump
+  mpich libmpich-dev libhdf5-mpich-dev  # the MPICH build that CI tests too
   libboost-program-options-dev        # CLI
   libopenblas-dev                     # GEMM on CPU
   libdnnl-dev                         # oneDNN: CPU convolutions

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh Debian 12 machine (as root) installs what is missing,
 # configures, builds into build/ and runs the whole test suite (unit, MPI, end-to-end; GPU tests
-# report Skipped without a GPU), then the sanitizer pass (scripts/sanitizer_check.sh, in
-# build-asan/). Exits non-zero on any failure; safe to run again.
+# report Skipped without a GPU) against Open MPI; then the same suite against MPICH
+# (scripts/mpich_check.sh, in build-mpich/) and the sanitizer pass (scripts/sanitizer_check.sh,
+# in build-asan/). Exits non-zero on any failure; safe to run again.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 "$DRT_ROOT/scripts/install_deps.sh"
 drt_build -DDRT_WARNINGS_AS_ERRORS=ON
 ctest --test-dir "$DRT_BUILD" --output-on-failure -j "$DRT_JOBS"
+"$DRT_ROOT/scripts/mpich_check.sh"
 "$DRT_ROOT/scripts/sanitizer_check.sh"

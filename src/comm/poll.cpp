@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -18,6 +19,7 @@ PollWaiter::PollWaiter(double timeout_s, int max_nap_us)
     : start_(now_seconds()), timeout_s_(timeout_s), max_nap_us_(std::max(1, max_nap_us)) {}
 
 bool PollWaiter::pause() {
+  Watchdog::beat("waiting for a peer");
   if (++polls_ <= kSpinPolls) return true;
   if ((polls_ & 15) == 0 && waited_seconds() > timeout_s_) return false;
   timespec nap{0, static_cast<long>(nap_us_) * 1000L};

@@ -20,6 +20,7 @@
 #include "control_channel.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
+#include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "sync_protocol.hpp"
@@ -81,7 +82,10 @@ class PassiveSync final : public SyncProtocol {
       if (!waiter.pause()) throw publish_hang(ps, block, version, waiter.waited_seconds());
   }
 
-  void complete_pull() override { DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0))); }
+  void complete_pull() override {
+    comm::Watchdog::beat("completing the Gets of parameters", window_.num_ps() == 1 ? window_.target(0) : -1);
+    DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0)));
+  }
 
   void complete_local(int ps) override {
     for (int w = 0; w < window_.num_data_windows(); ++w)

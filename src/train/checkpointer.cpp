@@ -9,6 +9,7 @@
 
 #include "drtrain/comm/agreement.hpp"
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/watchdog.hpp"
 #include "drtrain/config.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/log.hpp"
@@ -176,6 +177,7 @@ io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
 }
 
 void Checkpointer::save(std::int64_t step) {
+  comm::Watchdog::beat("checkpoint");
   const double t0 = now_seconds();
   const std::string& dir = job_.config.checkpoint_dir;
   const std::string temp = io::temporary_path(dir, step), final_path = io::checkpoint_path(dir, step);

@@ -14,6 +14,7 @@
 #include "drtrain/comm/agreement.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
+#include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -114,6 +115,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume) {
   server.start();
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   server.serve([&](std::int64_t step) {
+    comm::Watchdog::beat("PS step");
     if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
     checkpoints.after_step(step);
   });
@@ -182,6 +184,9 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   print_setup(job, *reporter);
   if (!resume.file.empty())
     reporter->line(str("resuming from ", resume.file, " at step ", resume.step, " (epoch ", resume.epoch + 1, ")"));
+  // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
+  // MPI call a little later (their messages name the culprit; its is the fallback).
+  comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
   const RankReport mine =
       topo.is_ps() ? run_ps(job, resume)
                    : run_worker(job, *datasets.train, *datasets.test, *reporter, resume,
@@ -195,6 +200,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     reporter->line(str("timeline: ", config.timeline, " (open in chrome://tracing or ui.perfetto.dev)"));
   }
   final_report(job, mine, now_seconds() - start, *reporter);
+  comm::Watchdog::disarm();
   return 0;
 }
 

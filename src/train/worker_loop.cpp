@@ -11,6 +11,7 @@
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
+#include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -127,6 +128,7 @@ class WorkerLoop {
   }
 
   void train_step(const data::WorkerBatch& batch, std::int64_t step) {
+    comm::Watchdog::beat("training step");
     if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
     // Each tower's gradient is W / B_global * (sum of its losses)': summed over towers and
     // divided by W on the PS, that is the mean over the global batch, whatever the split.
@@ -261,6 +263,7 @@ class WorkerLoop {
 
   // Test-set loss and accuracy: every worker its slice, summed over the workers.
   void evaluate(std::int64_t step, int epoch) {
+    comm::Watchdog::beat("evaluation");
     const double start = now_seconds();
     const backend::LossSums sums = towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
     Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
