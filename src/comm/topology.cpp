@@ -49,6 +49,9 @@ RolePlan plan_roles(const std::vector<int>& node_of_rank, int num_ps, Placement 
   if (num_ps < 1)
     throw ConfigError(str("--num-ps must be at least 1 (got ", num_ps,
                           "): drtrain keeps the parameters on PS ranks"));
+  if (world == 1)
+    throw ConfigError("the job has 1 rank; drtrain needs at least 2 (a PS and a worker). If more were started, "
+                      "the launcher and the MPI library do not work together (pass --expect-ranks N to check)");
   if (num_ps >= world)
     throw ConfigError(str("--num-ps ", num_ps, " leaves no worker: the job has ", world,
                           " rank(s) and needs at least one worker besides the PS ranks; pass "
@@ -78,9 +81,14 @@ RolePlan plan_roles(const std::vector<int>& node_of_rank, int num_ps, Placement 
   return plan;
 }
 
-Topology Topology::create(int num_ps, Placement placement) {
+Topology Topology::create(int num_ps, Placement placement, int expect_ranks) {
   Topology topo;
   topo.world_ = Comm::world();
+  if (expect_ranks > 0 && topo.world_.size() != expect_ranks)
+    throw ConfigError(str("MPI reports ", topo.world_.size(), " rank(s) but --expect-ranks is ", expect_ranks,
+                          ": the launcher and the MPI library do not work together (e.g. MPICH under srun "
+                          "--mpi=pmix starts single-rank jobs). Use srun --mpi=pmix with Open MPI and srun "
+                          "--mpi=pmi2 with MPICH, or the MPI library's own mpiexec"));
   topo.node_comm_ = topo.world_.split_shared();
   const std::vector<int> node_of_rank = gather_node_indices(topo.world_, topo.node_comm_);
   topo.num_nodes_ = *std::max_element(node_of_rank.begin(), node_of_rank.end()) + 1;

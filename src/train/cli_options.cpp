@@ -21,7 +21,10 @@ po::options_description layout_options(LayoutOptions& out) {
       ("num-ps", po::value<int>(&out.num_ps)->default_value(out.num_ps),
        "parameter-server ranks; the other ranks are workers")
       ("ps-placement", choice(out.placement, comm::to_string(out.placement), comm::parse_placement),
-       "which ranks are PS: first (ranks 0..P-1) | per-node (one per node, co-located)");
+       "which ranks are PS: first (ranks 0..P-1) | per-node (one per node, co-located)")
+      ("expect-ranks", po::value<int>(&out.expect_ranks)->default_value(out.expect_ranks),
+       "fail unless MPI reports exactly this many ranks (job scripts pass $SLURM_NTASKS: catches a "
+       "launcher that starts singletons); 0: no check");
   return d;
 }
 

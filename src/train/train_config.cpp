@@ -100,6 +100,7 @@ std::string TrainConfig::to_ini() const {
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps << "\nps-placement = " << comm::to_string(layout.placement)
+    << "\nexpect-ranks = " << layout.expect_ranks
     << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
     << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << exchange.hang_timeout_s

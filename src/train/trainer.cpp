@@ -165,7 +165,8 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
 
 int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   const double start = now_seconds();
-  const comm::Topology topo = comm::Topology::create(config.layout.num_ps, config.layout.placement);
+  const comm::Topology topo =
+      comm::Topology::create(config.layout.num_ps, config.layout.placement, config.layout.expect_ranks);
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
   const Datasets datasets = load_data(config, topo);
   Job job = make_job(config, topo, datasets);

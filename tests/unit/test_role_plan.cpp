@@ -43,7 +43,8 @@ TEST(RolePlan, BadLayoutsNameTheProblemAndTheFix) {
   EXPECT_NE(message_of({0, 0, 0}, 3, Placement::kFirst).find("pass --num-ps 2 or fewer"), std::string::npos);
   EXPECT_NE(message_of({0, 0, 0}, 0, Placement::kFirst).find("at least 1"), std::string::npos);
   EXPECT_NE(message_of({0, 0, 0, 0}, 2, Placement::kPerNode).find("spans 1 node"), std::string::npos);
-  EXPECT_NE(message_of({0}, 1, Placement::kPerNode).find("leaves no worker"), std::string::npos);
+  EXPECT_NE(message_of({0}, 1, Placement::kPerNode).find("the job has 1 rank"), std::string::npos);
+  EXPECT_NE(message_of({0}, 1, Placement::kFirst).find("--expect-ranks"), std::string::npos);
 }
 
 TEST(RolePlan, ParsesPlacementNames) {

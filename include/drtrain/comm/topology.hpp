@@ -34,8 +34,9 @@ RolePlan plan_roles(const std::vector<int>& node_of_rank, int num_ps, Placement 
 
 class Topology {
  public:
-  // Collective over MPI_COMM_WORLD.
-  static Topology create(int num_ps, Placement placement);
+  // Collective over MPI_COMM_WORLD. expect_ranks > 0: ConfigError unless the world has exactly
+  // that many ranks (a launcher/MPI mismatch can start N singletons that each see 1 rank).
+  static Topology create(int num_ps, Placement placement, int expect_ranks = 0);
 
   Role role() const { return role_; }
   bool is_ps() const { return role_ == Role::kPs; }

@@ -16,6 +16,7 @@ namespace po = boost::program_options;
 struct LayoutOptions {
   int num_ps = 1;
   comm::Placement placement = comm::Placement::kFirst;
+  int expect_ranks = 0;  // > 0: the world must have exactly this many ranks
 };
 
 po::options_description layout_options(LayoutOptions& out);

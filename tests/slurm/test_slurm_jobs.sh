@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Runs the Slurm batch scripts of jobs/ on a real, private, single-node Slurm that this test
+# starts and stops (tests/slurm/local_slurm.sh): each script shrunk by options (one node, three
+# tasks, a few steps), checked for exit status and output. Also: a requeue of
+# jobs/slurm_requeue.sbatch resumes from its checkpoint, and a launcher/MPI mismatch fails loudly.
+#   test_slurm_jobs.sh BUILD_BIN WORK_DIR
+# Exit 77 (ctest: Skipped) when Slurm or munge is not installed, with the reason.
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+work=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+for tool in munged slurmctld slurmd sbatch scontrol srun; do
+  if ! command -v "$tool" > /dev/null; then
+    echo "SKIPPED: $tool is not installed (Debian: slurmctld slurmd slurm-client munge libpmix-dev)"
+    exit 77
+  fi
+done
+drtrain="$bin/drtrain"
+if ldd "$drtrain" | grep -q libmpich; then mpi=pmi2 flavour=MPICH; else mpi=pmix flavour="Open MPI"; fi
+echo "testing the jobs/ scripts with $drtrain ($flavour, srun --mpi=$mpi)"
+
+rm -rf "$work"
+mkdir -p "$work/out"
+source "$root/tests/slurm/local_slurm.sh"
+trap slurm_stop EXIT
+slurm_start "$work/slurm" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# Few steps; the recipes' cosine schedule needs more steps than its warmup, so a constant rate.
+short=(--max-steps 20 --log-every 10 --eval false --lr-schedule constant --warmup-steps 0)
+common="ALL,DRTRAIN=$drtrain,CONFIG=$root/jobs/configs/mlp.ini,MPI=$mpi"
+
+# wait_job ID: polls until the job ends (sbatch --wait polls every 10 s); prints JobState=...
+wait_job() {
+  local state=""
+  for _ in $(seq 1 1200); do
+    state=$(scontrol show job "$1" 2>/dev/null | grep -o "JobState=[A-Z_]*")
+    case $state in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*|*NODE_FAIL*|*OUT_OF_MEMORY*) break ;; esac
+    sleep 0.25
+  done
+  echo "$state"
+}
+
+# run_job NAME SBATCH_OPTIONS... -- SCRIPT ARGS...: submit, wait, check state and summary.
+run_job() {
+  local name=$1; shift
+  local opts=()
+  while [ "$1" != "--" ]; do opts+=("$1"); shift; done; shift
+  local out="$work/out/$name.out"
+  local start=$SECONDS
+  local id state
+  id=$(sbatch --parsable --nodes=1 --overcommit --output="$out" "${opts[@]}" "$@")
+  state=$(wait_job "$id")
+  if [[ $state != *COMPLETED* ]]; then fail "$name: job ended as $state"; tail -20 "$out"; return; fi
+  if ! grep -q '{"summary":true' "$out"; then fail "$name: no summary line"; tail -20 "$out"; return; fi
+  echo "ok: $name ($((SECONDS - start)) s): $(grep -o '"ranks":[0-9]*,"ps":[0-9]*,"workers":[0-9]*,"towers":[0-9]*' "$out")"
+}
+
+run_job cpu --ntasks=3 --export="$common,CHECKPOINT_DIR=$work/ck/cpu" \
+  -- "$root/jobs/slurm_cpu.sbatch" "${short[@]}"
+run_job dedicated_ps --ntasks-per-node=3 --export="$common,NUM_PS=1,CHECKPOINT_DIR=$work/ck/dedicated" \
+  -- "$root/jobs/slurm_multinode_dedicated_ps.sbatch" "${short[@]}"
+run_job colocated_ps --ntasks-per-node=3 --export="$common,CHECKPOINT_DIR=$work/ck/colocated" \
+  -- "$root/jobs/slurm_multinode_colocated_ps.sbatch" "${short[@]}"
+run_job gpu_worker_per_node --ntasks-per-node=2 --gres=none --cpus-per-task=1 \
+  --export="$common,GPUS_PER_NODE=2,CHECKPOINT_DIR=$work/ck/gpu_node" \
+  -- "$root/jobs/slurm_gpu_worker_per_node.sbatch" "${short[@]}"
+run_job gpu_worker_per_gpu --ntasks-per-node=3 --gres=none --cpus-per-task=1 \
+  --export="$common,CHECKPOINT_DIR=$work/ck/gpu_each" \
+  -- "$root/jobs/slurm_gpu_worker_per_gpu.sbatch" "${short[@]}"
+
+# Requeue: once the first checkpoint is there, send the batch script the time-limit warning.
+requeue_out="$work/out/requeue.out"
+id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$requeue_out" \
+  --export="$common,CHECKPOINT_DIR=$work/ck/requeue,CHECKPOINT_SECS=3600" \
+  "$root/jobs/slurm_requeue.sbatch" --max-steps 300 --checkpoint-every 20 --log-every 100 --eval false \
+  --lr-schedule constant --warmup-steps 0 --dataset synthetic --model cnn)
+for _ in $(seq 1 300); do ls "$work/ck/requeue"/ckpt-*.h5 > /dev/null 2>&1 && break; sleep 0.2; done
+scancel --batch --signal=USR1 "$id"
+# Slurm holds a requeued job back for a while (BeginTime); once it is pending again, release it.
+for _ in $(seq 1 200); do scontrol show job "$id" | grep -q "JobState=PENDING" && break; sleep 0.1; done
+scontrol update JobId="$id" StartTime=now > /dev/null 2>&1
+state=$(wait_job "$id")
+if [[ $state != *COMPLETED* ]]; then
+  fail "requeue: job ended as $state"; tail -20 "$requeue_out"
+elif ! grep -q "requeueing job $id" "$requeue_out" || ! grep -q "^resuming from $work/ck/requeue/ckpt-" "$requeue_out" \
+     || ! grep -q '{"summary":true.*"steps":300' "$requeue_out"; then
+  fail "requeue: the second run did not resume and finish"; grep -E "requeue|resum|summary|error" "$requeue_out"
+else
+  echo "ok: requeue: $(grep -o '^resuming from .* at step [0-9]*' "$requeue_out"), finished 300 steps"
+fi
+
+# A launcher that does not match the MPI library must not train N single-rank jobs.
+if [ "$flavour" = MPICH ]; then wrong=pmix; else wrong=pmi2; fi
+mismatch_out="$work/out/mismatch.out"
+id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$mismatch_out" \
+  --wrap "srun --mpi=$wrong $drtrain --num-ps 1 --expect-ranks 3 ${short[*]}")
+if [[ $(wait_job "$id") == *COMPLETED* ]]; then
+  fail "mismatch: $flavour under srun --mpi=$wrong succeeded"
+elif [ "$flavour" = MPICH ] && ! grep -q "MPI reports 1 rank(s) but --expect-ranks is 3" "$mismatch_out"; then
+  fail "mismatch: no message naming the mismatch"; cat "$mismatch_out"
+elif [ "$flavour" != MPICH ] && ! grep -q "MPI_INIT" "$mismatch_out"; then
+  fail "mismatch: Open MPI did not stop in MPI_Init"; cat "$mismatch_out"
+else
+  echo "ok: $flavour under srun --mpi=$wrong fails: $(grep -m1 -iE 'error|abort' "$mismatch_out" | cut -c1-120)"
+fi
+
+[ $failures -eq 0 ] && echo "all Slurm job tests passed" || echo "$failures Slurm job test(s) failed"
+exit $((failures > 0))
