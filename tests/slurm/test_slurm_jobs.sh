@@ -78,9 +78,11 @@ id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$requeue_out"
   --lr-schedule constant --warmup-steps 0 --dataset synthetic --model cnn)
 for _ in $(seq 1 300); do ls "$work/ck/requeue"/ckpt-*.h5 > /dev/null 2>&1 && break; sleep 0.2; done
 scancel --batch --signal=USR1 "$id"
-# Slurm holds a requeued job back for a while (BeginTime); once it is pending again, release it.
+# Slurm holds a requeued job back for a couple of minutes (BeginTime); once it is pending again,
+# let it start sooner, but not at once: slurmd still holds the first run's revoked credential for
+# a moment and refuses a start right away ("Job credential revoked").
 for _ in $(seq 1 200); do scontrol show job "$id" | grep -q "JobState=PENDING" && break; sleep 0.1; done
-scontrol update JobId="$id" StartTime=now > /dev/null 2>&1
+scontrol update JobId="$id" StartTime=now+10 > /dev/null 2>&1
 state=$(wait_job "$id")
 if [[ $state != *COMPLETED* ]]; then
   fail "requeue: job ended as $state"; tail -20 "$requeue_out"
