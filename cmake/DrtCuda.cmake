@@ -25,3 +25,22 @@ if(DRT_ENABLE_CUDA)
   set(DRT_HAVE_CUDA 1)
 endif()
 message(STATUS "drtrain: CUDA backend ${DRT_ENABLE_CUDA}")
+
+# cuDNN and NCCL ship with the toolkit here (/usr/local/cuda); elsewhere point CUDNN_ROOT /
+# NCCL_ROOT (or CMAKE_PREFIX_PATH) at them.
+if(DRT_ENABLE_CUDA)
+  find_path(DRT_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(DRT_CUDNN_LIBRARY cudnn HINTS ${CUDNN_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  find_path(DRT_NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(DRT_NCCL_LIBRARY nccl HINTS ${NCCL_ROOT} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  foreach(v DRT_CUDNN_INCLUDE_DIR DRT_CUDNN_LIBRARY DRT_NCCL_INCLUDE_DIR DRT_NCCL_LIBRARY)
+    if(NOT ${v})
+      message(FATAL_ERROR "DRT_ENABLE_CUDA=ON but ${v} was not found: install cuDNN 9 and NCCL 2 "
+                          "(or set CUDNN_ROOT / NCCL_ROOT), or configure with -DDRT_ENABLE_CUDA=OFF")
+    endif()
+  endforeach()
+  add_library(drt_cuda_libs INTERFACE)
+  target_include_directories(drt_cuda_libs INTERFACE ${DRT_CUDNN_INCLUDE_DIR} ${DRT_NCCL_INCLUDE_DIR})
+  target_link_libraries(drt_cuda_libs INTERFACE CUDA::cudart CUDA::cublas ${DRT_CUDNN_LIBRARY} ${DRT_NCCL_LIBRARY})
+  message(STATUS "drtrain: cuDNN ${DRT_CUDNN_LIBRARY}, NCCL ${DRT_NCCL_LIBRARY}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+endif()

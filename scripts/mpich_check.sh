@@ -2,6 +2,8 @@
 # The whole test suite once more, built against MPICH (Debian's mpich, libmpich-dev and the
 # MPICH build of parallel HDF5) instead of Open MPI, in build-mpich/. Run by scripts/test.sh.
 # Open MPI stays the system default MPI; this build names MPICH's compilers and launcher.
+# It is also CI's CPU-only configuration (-DDRT_ENABLE_CUDA=OFF): the main build in build/ is the
+# CUDA one wherever nvcc is installed, so this keeps a build without CUDA from rotting.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 DRT_BUILD="$DRT_ROOT/build-mpich"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh Debian 12 machine (as root) installs what is missing,
 # configures, builds into build/ and runs the whole test suite (unit, MPI, end-to-end; GPU tests
-# report Skipped without a GPU) against Open MPI; then the same suite against MPICH
-# (scripts/mpich_check.sh, in build-mpich/) and the sanitizer pass (scripts/sanitizer_check.sh,
-# in build-asan/). Exits non-zero on any failure; safe to run again.
+# report Skipped without a GPU) against Open MPI, in the CUDA configuration when nvcc is
+# installed; then the same suite in the CPU-only configuration (-DDRT_ENABLE_CUDA=OFF) against
+# MPICH (scripts/mpich_check.sh, in build-mpich/), so neither configuration rots; then the
+# sanitizer pass (scripts/sanitizer_check.sh, in build-asan/). Exits non-zero on any failure;
+# safe to run again.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 

@@ -5,15 +5,19 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
+#include <utility>
 
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/config.hpp"
+#include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/kernels/reference.hpp"
 #include "im2col.hpp"
 #if DRT_HAVE_ONEDNN
 #include <omp.h>
@@ -45,6 +49,7 @@ class CpuBackend final : public Backend {
 #endif
   }
   std::string name() const override { return onednn() ? "cpu (oneDNN conv)" : "cpu (im2col conv)"; }
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
 
   DeviceBuffer allocate(std::size_t bytes) override {
     if (bytes == 0) return DeviceBuffer(this, nullptr, 0);
@@ -58,7 +63,12 @@ class CpuBackend final : public Backend {
   void copy_from_host(void* device, const void* host, std::size_t bytes) override { std::memcpy(device, host, bytes); }
   void copy_to_host(void* host, const void* device, std::size_t bytes) override { std::memcpy(host, device, bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
+  void zero(void* device, std::size_t bytes) override { std::memset(device, 0, bytes); }
   void synchronize() override {}
+  void mark(int slot) override { marks_.at(static_cast<std::size_t>(slot)) = now_seconds(); }
+  double seconds_between(int from, int to) override {
+    return marks_.at(static_cast<std::size_t>(to)) - marks_.at(static_cast<std::size_t>(from));
+  }
 
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b, float beta,
             float* c) override {
@@ -213,43 +223,27 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) override {
+  void maxpool2d_backward(const Pool2dShape& s, const float* /*x*/, const float* /*y*/, const float* dy,
+                          const std::int32_t* argmax, float* dx) override {
     const std::size_t inputs = static_cast<std::size_t>(s.batch) * s.channels * s.height * s.width;
     const std::size_t outputs = static_cast<std::size_t>(s.batch) * s.channels * s.out_height() * s.out_width();
     std::fill(dx, dx + inputs, 0.0f);
     for (std::size_t o = 0; o < outputs; ++o) dx[argmax[o]] += dy[o];
   }
 
-  LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                 float* dlogits, float grad_scale) override {
-    LossSums sums;
-    for (int r = 0; r < rows; ++r) {
-      const float* z = logits + static_cast<std::size_t>(r) * classes;
-      const int label = labels[r];
-      DRT_ASSERT(label >= 0 && label < classes, "label out of range");
-      int best = 0;
-      for (int j = 1; j < classes; ++j)
-        if (z[j] > z[best]) best = j;
-      double total = 0.0;
-      const double top = z[best];
-      for (int j = 0; j < classes; ++j) total += std::exp(static_cast<double>(z[j]) - top);
-      sums.loss += std::log(total) - (static_cast<double>(z[label]) - top);
-      sums.correct += best == label;
-      if (!dlogits) continue;
-      float* d = dlogits + static_cast<std::size_t>(r) * classes;
-      for (int j = 0; j < classes; ++j) {
-        const double p = std::exp(static_cast<double>(z[j]) - top) / total;
-        d[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * grad_scale);
-      }
-    }
-    return sums;
+  void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                                        float* dlogits, float grad_scale) override {
+    const kernels::ref::XentSums sums =
+        kernels::ref::softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale);
+    loss_.loss += sums.loss;
+    loss_.correct += sums.correct;
   }
-
-  void axpby(float a, const float* x, float b, float* y, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
-  }
+  LossSums take_loss_sums() override { return std::exchange(loss_, LossSums{}); }
+  void axpby(float a, const float* x, float b, float* y, std::size_t n) override { kernels::ref::axpby(a, x, b, y, n); }
 
  private:
+  LossSums loss_;
+  std::array<double, kMarks> marks_{};
 #if DRT_HAVE_ONEDNN
   bool onednn() const { return onednn_ != nullptr; }
   std::unique_ptr<OneDnnConv> onednn_;

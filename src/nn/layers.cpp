@@ -106,9 +106,10 @@ class MaxPool2d final : public Layer {
   void forward(backend::Backend& d, const TensorShape& in, const float* x, float* y) override {
     d.maxpool2d_forward(shape(in), x, y, argmax_.ints());
   }
-  void backward(backend::Backend& d, const TensorShape& in, const float*, const float*, const float* dy,
+  bool keeps_output() const override { return true; }  // cuDNN's backward reads y
+  void backward(backend::Backend& d, const TensorShape& in, const float* x, const float* y, const float* dy,
                 float* dx) override {
-    if (dx) d.maxpool2d_backward(shape(in), dy, argmax_.ints(), dx);
+    if (dx) d.maxpool2d_backward(shape(in), x, y, dy, argmax_.ints(), dx);
   }
 
  private:

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 
 namespace drt::nn {
@@ -13,12 +12,15 @@ Network::Network(const ModelSpec& spec, backend::Backend& device, int max_batch)
   shape.n = max_batch;
   std::size_t largest = shape.size();
   acts_.push_back(nullptr);  // the input: the caller's buffer
+  const Layer* previous = nullptr;
   for (auto& layer : layers_) {
     shapes_.push_back(shape);
     layer->prepare(device, shape);
     shape = layer->output_shape(shape);
     largest = std::max(largest, shape.size());
-    if (layer->in_place() && acts_.back()) {
+    const bool may_share = acts_.back() && !(previous && previous->keeps_output());
+    previous = layer.get();
+    if (layer->in_place() && may_share) {
       acts_.push_back(acts_.back());
     } else {
       storage_.push_back(device.allocate_floats(shape.size()));
@@ -57,21 +59,18 @@ void Network::forward(const float* x, int n) {
   }
 }
 
-backend::LossSums Network::train(const float* x, const std::int32_t* labels, int n, float grad_scale) {
-  const std::size_t total = spec_.layout().total();
-  last_forward_s_ = last_backward_s_ = 0.0;
+void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale) {
   if (n == 0) {
-    std::vector<float> zeros(total, 0.0f);
-    device_.copy_from_host(grads_, zeros.data(), total * sizeof(float));
-    return {};
+    device_.zero(grads_, spec_.layout().total() * sizeof(float));
+    for (int slot = 0; slot < 3; ++slot) device_.mark(slot);
+    return;
   }
-  const double t0 = now_seconds();
+  device_.mark(0);
   forward(x, n);
-  const int classes = spec_.classes();
   float* dy = grad_a_.floats();
   float* dx = grad_b_.floats();
-  const backend::LossSums sums = device_.softmax_cross_entropy(acts_.back(), labels, n, classes, dy, grad_scale);
-  const double t1 = now_seconds();
+  device_.accumulate_softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), dy, grad_scale);
+  device_.mark(1);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     TensorShape in = shapes_[i];
     in.n = n;
@@ -79,15 +78,28 @@ backend::LossSums Network::train(const float* x, const std::int32_t* labels, int
     layers_[i]->backward(device_, in, acts_[i], acts_[i + 1], dy, target);
     if (target && target != dy) std::swap(dy, dx);
   }
-  last_forward_s_ = t1 - t0;
-  last_backward_s_ = now_seconds() - t1;
-  return sums;
+  device_.mark(2);
+}
+
+backend::LossSums Network::train(const float* x, const std::int32_t* labels, int n, float grad_scale) {
+  enqueue_train(x, labels, n, grad_scale);
+  return take_loss_sums();
+}
+
+void Network::enqueue_evaluate(const float* x, const std::int32_t* labels, int n) {
+  if (n == 0) return;
+  forward(x, n);
+  device_.accumulate_softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), nullptr, 0.0f);
 }
 
 backend::LossSums Network::evaluate(const float* x, const std::int32_t* labels, int n) {
-  if (n == 0) return {};
-  forward(x, n);
-  return device_.softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), nullptr, 0.0f);
+  enqueue_evaluate(x, labels, n);
+  return take_loss_sums();
 }
+
+backend::LossSums Network::take_loss_sums() { return device_.take_loss_sums(); }
+
+double Network::last_forward_s() { return device_.seconds_between(0, 1); }
+double Network::last_backward_s() { return device_.seconds_between(1, 2); }
 
 }  // namespace drt::nn

@@ -2,6 +2,7 @@
 // torch.optim.Adam / AdamW with amsgrad off.
 #pragma once
 
+#include "drtrain/kernels/rules.hpp"
 #include "drtrain/optim/optimizer.hpp"
 
 namespace drt::optim {
@@ -11,6 +12,8 @@ class Adam final : public Optimizer {
   Adam(const OptimizerConfig& config, std::size_t shard_size);
   void update(std::size_t offset, std::size_t n, float* params, const float* grad,
               float grad_scale) override;
+  // This step's constants of the per-element rule (kernels/rules.hpp), for a GPU update.
+  kernels::AdamCoefficients coefficients() const;
 
  private:
   void on_begin_step() override;

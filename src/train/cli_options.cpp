@@ -38,7 +38,8 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
        "reproducible; passive only) | slots (= --deterministic)")
       ("deterministic", po::bool_switch(&out.deterministic),
        "per-worker gradient slots summed in worker order: bitwise reproducible whatever the "
-       "arrival order; W x gradient memory on each PS (same as --grad-push slots)")
+       "arrival order; W x gradient memory on each PS (same as --grad-push slots); on GPUs also only "
+       "deterministic cuDNN algorithms")
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
        "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB")

@@ -11,6 +11,7 @@
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/optim/optimizer.hpp"
 #include "drtrain/ps/shard_plan.hpp"
+#include "drtrain/train/device_plan.hpp"
 #include "drtrain/train/timeline.hpp"
 #include "drtrain/train/train_config.hpp"
 
@@ -30,6 +31,7 @@ struct Job {
   int steps_per_epoch = 0;
   std::int64_t total_steps = 0;
   int blas_threads = 1;
+  DevicePlan devices{};  // this rank's (PS: cpu)
   Timeline* timeline = nullptr;  // never null once the run starts (disabled without --timeline)
 };
 

@@ -31,7 +31,14 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "stop after this many steps (0: no limit)")
       ("batch-size", po::value<int>(&c.batch_size)->default_value(c.batch_size),
        "global batch = workers x towers x per-tower batch")
-      ("towers", po::value<int>(&c.towers)->default_value(c.towers), "model replicas per worker")
+      ("towers", po::value<int>(&c.towers)->default_value(c.towers),
+       "model replicas per worker (with --device cuda: GPUs per worker)")
+      ("device", po::value<std::string>(&c.device)->default_value(c.device),
+       "auto | cpu | cuda: where workers train (auto: cuda when a GPU is visible, else cpu)")
+      ("cuda-tf32", po::value<bool>(&c.cuda_tf32)->default_value(c.cuda_tf32),
+       "allow TF32 tensor cores in cuBLAS and cuDNN (faster; ~1e-3 relative error)")
+      ("cuda-debug-sync", po::value<bool>(&c.cuda_debug_sync)->default_value(c.cuda_debug_sync)->implicit_value(true),
+       "wait for the GPU after every CUDA call, so errors name the call that caused them (slow)")
       ("seed", po::value<std::uint64_t>(&c.seed)->default_value(c.seed), "initial weights and data order")
       ("metrics", po::value<std::string>(&c.metrics)->default_value(c.metrics),
        "write JSON lines (progress, evaluation, summary) to this file")
@@ -74,6 +81,8 @@ void TrainConfig::validate() const {
   if (max_steps < 0) throw ConfigError(str("--max-steps must be >= 0 (got ", max_steps, ")"));
   if (batch_size < 1) throw ConfigError(str("--batch-size must be at least 1 (got ", batch_size, ")"));
   if (towers < 1) throw ConfigError(str("--towers must be at least 1 (got ", towers, ")"));
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    throw ConfigError(str("unknown --device '", device, "'; choices: auto, cpu, cuda"));
   if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
   if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
   if (checkpoint_every < 0 || checkpoint_secs < 0)
@@ -94,7 +103,8 @@ std::string TrainConfig::to_ini() const {
   o << "# drtrain configuration (drtrain --print-config); load with --config FILE\n"
     << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir
     << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
-    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
+    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
+    << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false") << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false")
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep

@@ -83,6 +83,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d
   if (job.optimizer.schedule.total_steps == 0) job.optimizer.schedule.total_steps = job.total_steps;
   job.optimizer.validate();
   job.blas_threads = choose_blas_threads(c, topo);
+  job.devices = plan_devices(c, topo);
   return job;
 }
 
@@ -96,6 +97,7 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ", c.batch_size / (w * c.towers),
                "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps, " steps in all; BLAS threads per worker ",
                job.blas_threads));
+  out.line(str("device ", job.devices.describe(), " (the chief's; --device ", c.device, ")"));
   out.line(str("optimizer ", job.optimizer.describe()));
   out.line(str("exchange ", c.exchange.describe()));
   std::string plan = job.plan.describe(job.spec.layout());

@@ -55,8 +55,8 @@ class WorkerLoop {
         resume_(resume),
         topo_(job.topo),
         out_(out),
-        towers_(make_cpu_towers(job.spec, job.config.towers,
-                                job.config.batch_size / (topo_.num_workers() * job.config.towers))),
+        towers_(make_towers(job.spec, job.devices, job.config.towers,
+                            job.config.batch_size / (topo_.num_workers() * job.config.towers))),
         exchange_(topo_, job.plan, job.config.exchange),
         train_(train),
         test_part_(test_slice(test)) {}

@@ -64,10 +64,10 @@ run_job dedicated_ps --ntasks-per-node=3 --export="$common,NUM_PS=1,CHECKPOINT_D
 run_job colocated_ps --ntasks-per-node=3 --export="$common,CHECKPOINT_DIR=$work/ck/colocated" \
   -- "$root/jobs/slurm_multinode_colocated_ps.sbatch" "${short[@]}"
 run_job gpu_worker_per_node --ntasks-per-node=2 --gres=none --cpus-per-task=1 \
-  --export="$common,GPUS_PER_NODE=2,CHECKPOINT_DIR=$work/ck/gpu_node" \
+  --export="$common,GPUS_PER_NODE=2,DEVICE=auto,CHECKPOINT_DIR=$work/ck/gpu_node" \
   -- "$root/jobs/slurm_gpu_worker_per_node.sbatch" "${short[@]}"
 run_job gpu_worker_per_gpu --ntasks-per-node=3 --gres=none --cpus-per-task=1 \
-  --export="$common,CHECKPOINT_DIR=$work/ck/gpu_each" \
+  --export="$common,DEVICE=auto,CHECKPOINT_DIR=$work/ck/gpu_each" \
   -- "$root/jobs/slurm_gpu_worker_per_gpu.sbatch" "${short[@]}"
 
 # Requeue: once the first checkpoint is there, send the batch script the time-limit warning.

@@ -61,10 +61,15 @@ struct LossSums {
   std::int64_t correct = 0;
 };
 
+enum class DeviceKind { kCpu, kCuda };
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu (oneDNN conv)", "cuda:0", ...
+  // kCpu: buffers are host memory, calls complete before they return. kCuda: device memory,
+  // calls are queued on the backend's stream.
+  virtual DeviceKind kind() const = 0;
 
   // Zero-initialised memory on this device.
   virtual DeviceBuffer allocate(std::size_t bytes) = 0;
@@ -73,7 +78,15 @@ class Backend {
   virtual void copy_from_host(void* device, const void* host, std::size_t bytes) = 0;
   virtual void copy_to_host(void* host, const void* device, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
+  virtual void zero(void* device, std::size_t bytes) = 0;
   virtual void synchronize() = 0;
+
+  // Device-side timing: mark(slot) records when the device reaches this point of its work
+  // (slot < kMarks); seconds_between(a, b) is the time from mark a to mark b, valid once the
+  // device has passed mark b (on CUDA: after synchronize() or take_loss_sums()).
+  static constexpr int kMarks = 4;
+  virtual void mark(int slot) = 0;
+  virtual double seconds_between(int from, int to) = 0;
 
   // C[m x n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T, all row-major and dense.
   virtual void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
@@ -96,12 +109,25 @@ class Backend {
 
   // Max pooling; `argmax` (int32, one per output) records the winning input for backward.
   virtual void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) = 0;
-  virtual void maxpool2d_backward(const Pool2dShape& s, const float* dy, const std::int32_t* argmax, float* dx) = 0;
+  // dx from dy; x and y are the forward's input and output (cuDNN finds the maxima from them,
+  // the CPU backend from argmax).
+  virtual void maxpool2d_backward(const Pool2dShape& s, const float* x, const float* y, const float* dy,
+                                  const std::int32_t* argmax, float* dx) = 0;
 
-  // Softmax cross-entropy of logits [rows x classes] against int32 labels. When dlogits is not
-  // null it receives d(loss)/d(logits) * grad_scale, i.e. (softmax - onehot) * grad_scale.
-  virtual LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                         float* dlogits, float grad_scale) = 0;
+  // Softmax cross-entropy of logits [rows x classes] against int32 labels, added to the
+  // backend's loss accumulator (so that a GPU need not stop for it mid-step). When dlogits is
+  // not null it receives d(loss)/d(logits) * grad_scale, i.e. (softmax - onehot) * grad_scale.
+  // A label outside [0, classes) makes take_loss_sums() throw.
+  virtual void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows,
+                                                int classes, float* dlogits, float grad_scale) = 0;
+  // Waits for the device, returns the sums accumulated since the last call, and resets them.
+  virtual LossSums take_loss_sums() = 0;
+  // Both at once (waits for the device).
+  LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                                 float* dlogits, float grad_scale) {
+    accumulate_softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale);
+    return take_loss_sums();
+  }
 
   // y = a * x + b * y over n floats (tower averaging, scaling).
   virtual void axpby(float a, const float* x, float b, float* y, std::size_t n) = 0;

@@ -39,6 +39,9 @@ class Layer {
   virtual std::vector<ParamSpec> params() const { return {}; }
   // True when y may be the same buffer as x (ReLU, Flatten).
   virtual bool in_place() const { return false; }
+  // True when backward reads this layer's output y, so that an in-place layer after it must not
+  // overwrite it (max pooling).
+  virtual bool keeps_output() const { return false; }
   // Allocates per-batch state for inputs of up to `max_in.n` samples, on `device`, which must
   // outlive the layer.
   virtual void prepare(backend::Backend& /*device*/, const TensorShape& /*max_in*/) {}

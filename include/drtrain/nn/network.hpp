@@ -22,16 +22,22 @@ class Network {
 
   // Forward, softmax cross-entropy and backward on n samples (device memory: x holds n images,
   // labels n int32). The bound gradients receive grad_scale * d(sum of losses)/d(params); with
-  // n == 0 they are zeroed. Returns the summed loss and the number of correct predictions.
+  // n == 0 they are zeroed. The loss and correct count go to the device's accumulator
+  // (take_loss_sums); on a GPU this returns once the work is queued.
+  void enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale);
+  // Forward and loss only, accumulated likewise.
+  void enqueue_evaluate(const float* x, const std::int32_t* labels, int n);
+  // Waits for the device; the summed loss and correct count since the last call.
+  backend::LossSums take_loss_sums();
+  // enqueue_* followed by take_loss_sums().
   backend::LossSums train(const float* x, const std::int32_t* labels, int n, float grad_scale);
-  // Forward and loss only.
   backend::LossSums evaluate(const float* x, const std::int32_t* labels, int n);
 
   int max_batch() const { return max_batch_; }
-  // Seconds of the last train(): forward (with the loss) and backward. On an asynchronous device
-  // these measure issuing, not execution.
-  double last_forward_s() const { return last_forward_s_; }
-  double last_backward_s() const { return last_backward_s_; }
+  // Device time of the last training step's forward (with the loss) and backward, read after
+  // take_loss_sums().
+  double last_forward_s();
+  double last_backward_s();
 
  private:
   void forward(const float* x, int n);
@@ -45,7 +51,6 @@ class Network {
   std::vector<float*> acts_;              // acts_[i] = input of layer i; acts_.back() = logits
   backend::DeviceBuffer grad_a_, grad_b_; // ping-pong buffers for activation gradients
   float* grads_ = nullptr;
-  double last_forward_s_ = 0.0, last_backward_s_ = 0.0;
 };
 
 }  // namespace drt::nn

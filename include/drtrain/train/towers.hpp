@@ -3,10 +3,10 @@
 // and dividing by W (the PS) gives the mean over the global batch, so combining is a sum. After
 // the pull every tower gets the new parameters.
 //
-// This interface is what a worker's training loop sees; the CPU implementation runs the towers
-// one after the other (they share the process's BLAS threads), the GPU implementation (later)
-// runs one per device and combines with NCCL. Host buffers returned here are what the exchange
-// pushes from and pulls into.
+// This interface is what a worker's training loop sees. CPU towers run one after the other
+// (they share the process's BLAS threads); GPU towers run one per GPU, concurrently, and combine
+// with NCCL (backend/tower_group.hpp). Host buffers returned here are what the exchange pushes
+// from and pulls into.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/nn/model_spec.hpp"
+#include "drtrain/train/device_plan.hpp"
 
 namespace drt::train {
 
@@ -44,7 +45,8 @@ class Towers {
   virtual backend::LossSums evaluate(const float* images, const std::int32_t* labels, int n) = 0;
 };
 
-// T CPU towers for batches of up to max_batch_per_tower samples.
-std::unique_ptr<Towers> make_cpu_towers(const nn::ModelSpec& spec, int towers, int max_batch_per_tower);
+// T towers on the plan's devices for batches of up to max_batch_per_tower samples.
+std::unique_ptr<Towers> make_towers(const nn::ModelSpec& spec, const DevicePlan& plan, int towers,
+                                    int max_batch_per_tower);
 
 }  // namespace drt::train

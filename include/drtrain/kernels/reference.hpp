@@ -1,0 +1,36 @@
+// CPU reference implementations of the kernels in launchers.hpp: the same contracts on host
+// memory, written as plain loops over rules.hpp. The CPU backend and the PS optimizers run
+// these; the GPU tests compare each kernel against them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "drtrain/kernels/rules.hpp"
+
+namespace drt::kernels::ref {
+
+void add_bias_rows(float* y, const float* bias, int rows, int cols);
+void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols);
+void relu_forward(const float* x, float* y, std::size_t n);
+void relu_backward(const float* y, const float* dy, float* dx, std::size_t n);
+void axpby(float a, const float* x, float b, float* y, std::size_t n);
+void scale(float a, float* x, std::size_t n);
+
+// Returns the summed loss and correct count (no scratch); a label outside [0, classes) throws.
+struct XentSums {
+  double loss = 0.0;
+  std::int64_t correct = 0;
+};
+XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                               float* dlogits, float grad_scale);
+
+void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,
+                std::size_t n);
+void adam_update(const AdamCoefficients& c, float* params, const float* grad, float grad_scale, float* exp_avg,
+                 float* exp_avg_sq, std::size_t n);
+
+void float_to_bf16(const float* x, std::uint16_t* y, std::size_t n);
+void bf16_to_float(const std::uint16_t* x, float* y, std::size_t n);
+
+}  // namespace drt::kernels::ref

@@ -1,0 +1,187 @@
+// CUDA kernels of the elementwise launchers (launchers.hpp): bias add and bias gradient over the
+// rows of a matrix, ReLU forward and backward, axpby, scale. The per-element math is that of
+// rules.hpp and of the CPU references (reference.cpp).
+//
+// All but bias_grad_rows are bandwidth-bound: grid-stride loops over float4 (16-byte loads and
+// stores) when every pointer is 16-byte aligned (backend buffers are: cudaMalloc), then the
+// n % 4 tail element by element; scalar throughout when any pointer is not aligned.
+// bias_grad_rows gives each column one thread that sums the rows in order, so its result is
+// deterministic and equals the CPU reference bit for bit.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_check.hpp"
+#include "drtrain/kernels/launchers.hpp"
+
+namespace drt::kernels {
+namespace {
+
+constexpr unsigned kBlock = 256;
+
+cudaStream_t as_stream(Stream stream) { return static_cast<cudaStream_t>(stream); }
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+__device__ std::size_t first_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
+
+// Threads to cover n elements: one float4 per thread on the vector path.
+unsigned grid(std::size_t n, bool vector) { return cuda::grid_for(vector ? (n + 3) / 4 : n, kBlock); }
+
+__device__ void add_to(float& v, float b) { v += b; }
+__device__ void add_to(float4& v, const float4& b) {
+  v.x += b.x;
+  v.y += b.y;
+  v.z += b.z;
+  v.w += b.w;
+}
+
+// y[r][j] += bias[j]. Each thread walks the flat index i with its column j = i % cols kept up to
+// date by addition (one division per thread, not per element). On the vector path (cols % 4 == 0
+// and both pointers aligned) the unit is a float4 and cols counts float4s.
+template <typename T>
+__global__ void add_bias_kernel(T* y, const T* bias, std::size_t units, std::size_t cols) {
+  const std::size_t stride = grid_threads();
+  const std::size_t column_step = stride % cols;
+  std::size_t i = first_index();
+  std::size_t j = i % cols;
+  for (; i < units; i += stride) {
+    T v = y[i];
+    add_to(v, bias[j]);
+    y[i] = v;
+    j += column_step;
+    if (j >= cols) j -= cols;
+  }
+}
+
+// grad_bias[j] = dy[0][j] + dy[1][j] + ... in row order, as the CPU reference adds them.
+// Neighbouring threads read neighbouring columns, so the loads of a warp coalesce.
+__global__ void bias_grad_kernel(const float* dy, float* grad_bias, std::size_t rows, std::size_t cols) {
+  for (std::size_t j = first_index(); j < cols; j += grid_threads()) {
+    float sum = 0.0f;
+    for (std::size_t r = 0; r < rows; ++r) sum += dy[r * cols + j];
+    grad_bias[j] = sum;
+  }
+}
+
+// y = relu(x); y == x allowed (each element is read before it is written, by the same thread).
+__global__ void relu_forward_kernel(const float* x, float* y, std::size_t n, bool vector) {
+  const std::size_t stride = grid_threads();
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (std::size_t i = first_index(); i < n4; i += stride) {
+      const float4 v = x4[i];
+      y4[i] = make_float4(relu(v.x), relu(v.y), relu(v.z), relu(v.w));
+    }
+    done = n4 * 4;
+  }
+  for (std::size_t i = done + first_index(); i < n; i += stride) y[i] = relu(x[i]);
+}
+
+// dx = relu_grad(y, dy); dx == dy allowed.
+__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n, bool vector) {
+  const std::size_t stride = grid_threads();
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t n4 = n / 4;
+    const float4* y4 = reinterpret_cast<const float4*>(y);
+    const float4* dy4 = reinterpret_cast<const float4*>(dy);
+    float4* dx4 = reinterpret_cast<float4*>(dx);
+    for (std::size_t i = first_index(); i < n4; i += stride) {
+      const float4 a = y4[i], d = dy4[i];
+      dx4[i] = make_float4(relu_grad(a.x, d.x), relu_grad(a.y, d.y), relu_grad(a.z, d.z), relu_grad(a.w, d.w));
+    }
+    done = n4 * 4;
+  }
+  for (std::size_t i = done + first_index(); i < n; i += stride) dx[i] = relu_grad(y[i], dy[i]);
+}
+
+// y = a * x + b * y (nvcc may fuse one product into an FMA: the last bit can differ from the CPU).
+__global__ void axpby_kernel(float a, const float* x, float b, float* y, std::size_t n, bool vector) {
+  const std::size_t stride = grid_threads();
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t n4 = n / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    float4* y4 = reinterpret_cast<float4*>(y);
+    for (std::size_t i = first_index(); i < n4; i += stride) {
+      const float4 u = x4[i], v = y4[i];
+      y4[i] = make_float4(a * u.x + b * v.x, a * u.y + b * v.y, a * u.z + b * v.z, a * u.w + b * v.w);
+    }
+    done = n4 * 4;
+  }
+  for (std::size_t i = done + first_index(); i < n; i += stride) y[i] = a * x[i] + b * y[i];
+}
+
+__global__ void scale_kernel(float a, float* x, std::size_t n, bool vector) {
+  const std::size_t stride = grid_threads();
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t n4 = n / 4;
+    float4* x4 = reinterpret_cast<float4*>(x);
+    for (std::size_t i = first_index(); i < n4; i += stride) {
+      const float4 v = x4[i];
+      x4[i] = make_float4(a * v.x, a * v.y, a * v.z, a * v.w);
+    }
+    done = n4 * 4;
+  }
+  for (std::size_t i = done + first_index(); i < n; i += stride) x[i] *= a;
+}
+
+}  // namespace
+
+void add_bias_rows(float* y, const float* bias, int rows, int cols, Stream stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  if (cols % 4 == 0 && aligned16(y) && aligned16(bias)) {
+    add_bias_kernel<float4><<<grid(n, true), kBlock, 0, as_stream(stream)>>>(
+        reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(bias), n / 4, static_cast<std::size_t>(cols) / 4);
+  } else {
+    add_bias_kernel<float><<<grid(n, false), kBlock, 0, as_stream(stream)>>>(y, bias, n,
+                                                                            static_cast<std::size_t>(cols));
+  }
+  DRT_CUDA_LAUNCH_CHECK("add_bias_rows");
+}
+
+void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols, Stream stream) {
+  if (cols <= 0) return;
+  // rows == 0 still runs: the gradient is then zero, as on the CPU.
+  const std::size_t r = rows > 0 ? static_cast<std::size_t>(rows) : 0;
+  bias_grad_kernel<<<cuda::grid_for(static_cast<std::size_t>(cols), kBlock), kBlock, 0, as_stream(stream)>>>(
+      dy, grad_bias, r, static_cast<std::size_t>(cols));
+  DRT_CUDA_LAUNCH_CHECK("bias_grad_rows");
+}
+
+void relu_forward(const float* x, float* y, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  const bool vector = aligned16(x) && aligned16(y);
+  relu_forward_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(x, y, n, vector);
+  DRT_CUDA_LAUNCH_CHECK("relu_forward");
+}
+
+void relu_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  const bool vector = aligned16(y) && aligned16(dy) && aligned16(dx);
+  relu_backward_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(y, dy, dx, n, vector);
+  DRT_CUDA_LAUNCH_CHECK("relu_backward");
+}
+
+void axpby(float a, const float* x, float b, float* y, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  const bool vector = aligned16(x) && aligned16(y);
+  axpby_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(a, x, b, y, n, vector);
+  DRT_CUDA_LAUNCH_CHECK("axpby");
+}
+
+void scale(float a, float* x, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  const bool vector = aligned16(x);
+  scale_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(a, x, n, vector);
+  DRT_CUDA_LAUNCH_CHECK("scale");
+}
+
+}  // namespace drt::kernels

@@ -1,0 +1,109 @@
+// CUDA kernels of the optimizer updates (launchers.hpp): SGD (plain, momentum, Nesterov) and
+// Adam/AdamW over n parameters, each element through rules.hpp sgd_update / adam_update, the
+// code the PS optimizers run on the CPU (the per-step coefficients come by value from the
+// host). Bandwidth-bound: grid-stride loops over float4 when every buffer is 16-byte aligned,
+// then the n % 4 tail; scalar throughout otherwise. nvcc contracts a * b + c into FMAs, so the
+// results may differ from the CPU in the last bits.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_check.hpp"
+#include "drtrain/kernels/launchers.hpp"
+
+namespace drt::kernels {
+namespace {
+
+constexpr unsigned kBlock = 256;
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+__device__ std::size_t first_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
+
+unsigned grid(std::size_t n, bool vector) { return cuda::grid_for(vector ? (n + 3) / 4 : n, kBlock); }
+
+// kMomentum false: plain SGD, `buf` is not touched (may be null).
+template <bool kMomentum>
+__global__ void sgd_kernel(SgdCoefficients c, float* p, const float* g, float grad_scale, float* buf,
+                           std::size_t n, bool vector) {
+  const std::size_t stride = grid_threads();
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t n4 = n / 4;
+    float4* p4 = reinterpret_cast<float4*>(p);
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    float4* b4 = reinterpret_cast<float4*>(buf);
+    for (std::size_t i = first_index(); i < n4; i += stride) {
+      float4 pv = p4[i];
+      const float4 gv = g4[i];
+      float4 bv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (kMomentum) bv = b4[i];
+      sgd_update(c, pv.x, gv.x, grad_scale, bv.x);
+      sgd_update(c, pv.y, gv.y, grad_scale, bv.y);
+      sgd_update(c, pv.z, gv.z, grad_scale, bv.z);
+      sgd_update(c, pv.w, gv.w, grad_scale, bv.w);
+      p4[i] = pv;
+      if (kMomentum) b4[i] = bv;
+    }
+    done = n4 * 4;
+  }
+  for (std::size_t i = done + first_index(); i < n; i += stride) {
+    float unused = 0.0f;
+    sgd_update(c, p[i], g[i], grad_scale, kMomentum ? buf[i] : unused);
+  }
+}
+
+__global__ void adam_kernel(AdamCoefficients c, float* p, const float* g, float grad_scale, float* m, float* v,
+                            std::size_t n, bool vector) {
+  const std::size_t stride = grid_threads();
+  std::size_t done = 0;
+  if (vector) {
+    const std::size_t n4 = n / 4;
+    float4* p4 = reinterpret_cast<float4*>(p);
+    const float4* g4 = reinterpret_cast<const float4*>(g);
+    float4* m4 = reinterpret_cast<float4*>(m);
+    float4* v4 = reinterpret_cast<float4*>(v);
+    for (std::size_t i = first_index(); i < n4; i += stride) {
+      float4 pv = p4[i], mv = m4[i], vv = v4[i];
+      const float4 gv = g4[i];
+      adam_update(c, pv.x, gv.x, grad_scale, mv.x, vv.x);
+      adam_update(c, pv.y, gv.y, grad_scale, mv.y, vv.y);
+      adam_update(c, pv.z, gv.z, grad_scale, mv.z, vv.z);
+      adam_update(c, pv.w, gv.w, grad_scale, mv.w, vv.w);
+      p4[i] = pv;
+      m4[i] = mv;
+      v4[i] = vv;
+    }
+    done = n4 * 4;
+  }
+  for (std::size_t i = done + first_index(); i < n; i += stride) adam_update(c, p[i], g[i], grad_scale, m[i], v[i]);
+}
+
+}  // namespace
+
+void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,
+                std::size_t n, Stream stream) {
+  if (n == 0) return;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (c.momentum == 0.0f) {
+    const bool vector = aligned16(params) && aligned16(grad);
+    sgd_kernel<false><<<grid(n, vector), kBlock, 0, s>>>(c, params, grad, grad_scale, nullptr, n, vector);
+  } else {
+    const bool vector = aligned16(params) && aligned16(grad) && aligned16(momentum);
+    sgd_kernel<true><<<grid(n, vector), kBlock, 0, s>>>(c, params, grad, grad_scale, momentum, n, vector);
+  }
+  DRT_CUDA_LAUNCH_CHECK("sgd_update");
+}
+
+void adam_update(const AdamCoefficients& c, float* params, const float* grad, float grad_scale, float* exp_avg,
+                 float* exp_avg_sq, std::size_t n, Stream stream) {
+  if (n == 0) return;
+  const bool vector = aligned16(params) && aligned16(grad) && aligned16(exp_avg) && aligned16(exp_avg_sq);
+  adam_kernel<<<grid(n, vector), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(c, params, grad, grad_scale,
+                                                                                 exp_avg, exp_avg_sq, n, vector);
+  DRT_CUDA_LAUNCH_CHECK("adam_update");
+}
+
+}  // namespace drt::kernels

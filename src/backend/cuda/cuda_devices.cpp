@@ -1,0 +1,39 @@
+// Which GPUs this process can use, and how to name them in logs (cuda_backend.hpp).
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+
+#include "drtrain/backend/cuda_backend.hpp"
+#include "drtrain/core/strings.hpp"
+#include "library_check.hpp"
+
+namespace drt::backend {
+
+CudaDevices query_cuda_devices() {
+  CudaDevices out;
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  out.visible_env = visible ? str("'", visible, "'") : "(unset)";
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    out.why_none = str("cudaGetDeviceCount: ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ")",
+                       status == cudaErrorInsufficientDriver
+                           ? ": no NVIDIA driver is loaded, or it is older than this build's CUDA runtime"
+                           : "");
+    return out;
+  }
+  if (count == 0) out.why_none = "the CUDA runtime sees no GPU";
+  out.count = count;
+  return out;
+}
+
+std::string describe_cuda_device(int device) {
+  cudaDeviceProp p{};
+  DRT_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return str(p.name, " (sm_", p.major, p.minor, ", ", p.totalGlobalMem >> 30, " GiB, PCI ", p.pciBusID, ")");
+}
+
+void set_cuda_debug_sync(bool on) { cuda::set_debug_sync(on); }
+
+}  // namespace drt::backend

@@ -1,0 +1,85 @@
+// Device plans (device_plan.hpp): --device resolved on every worker, GPUs chosen from the
+// node-local worker index, and one verdict for the whole job.
+#include "drtrain/train/device_plan.hpp"
+
+#include <mpi.h>
+
+#include <optional>
+
+#include "drtrain/backend/cuda_backend.hpp"
+#include "drtrain/comm/agreement.hpp"
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/log.hpp"
+#include "drtrain/core/strings.hpp"
+#include "drtrain/train/train_config.hpp"
+
+namespace drt::train {
+
+std::vector<int> choose_gpus(int local_worker, int towers, int visible, const std::string& visible_env) {
+  std::vector<int> gpus;
+  if (visible == towers) {  // this rank's own GPUs (bound per task by the launcher)
+    for (int t = 0; t < towers; ++t) gpus.push_back(t);
+    return gpus;
+  }
+  const int first = local_worker * towers;
+  if (first + towers > visible)
+    throw ConfigError(str("worker ", local_worker, " on its node needs GPUs ", first, "..", first + towers - 1,
+                          " (--towers ", towers, " GPUs per worker) but ", visible,
+                          " GPU(s) are visible (CUDA_VISIBLE_DEVICES=", visible_env,
+                          "); run fewer workers per node, pass fewer --towers, give each rank its own GPUs "
+                          "(e.g. srun --gpus-per-task), or use --device cpu"));
+  for (int t = 0; t < towers; ++t) gpus.push_back(first + t);
+  return gpus;
+}
+
+std::string DevicePlan::describe() const {
+  if (kind == backend::DeviceKind::kCpu) return "cpu";
+  std::string list;
+  for (int g : gpus) list += str(list.empty() ? "" : ",", g);
+  return str("cuda: GPU(s) [", list, "] ", backend::describe_cuda_device(gpus.front()), allow_tf32 ? ", TF32 on" : "",
+             deterministic ? ", deterministic cuDNN algorithms" : "");
+}
+
+DevicePlan plan_devices(const TrainConfig& c, const comm::Topology& topo) {
+  // The node-local index of this worker among the workers of its node (PS ranks count 0).
+  int is_worker = topo.is_worker() ? 1 : 0, local_worker = 0;
+  DRT_MPI_CHECK(MPI_Exscan(&is_worker, &local_worker, 1, MPI_INT, MPI_SUM, topo.node_comm().get()));
+  if (topo.node_comm().rank() == 0) local_worker = 0;  // MPI_Exscan leaves rank 0's result undefined
+
+  DevicePlan plan;
+  plan.allow_tf32 = c.cuda_tf32;
+  plan.deterministic = c.exchange.deterministic;
+  std::optional<std::string> error;
+  if (topo.is_worker() && c.device != "cpu") {  // PS ranks never touch a GPU
+    try {
+      backend::set_cuda_debug_sync(c.cuda_debug_sync);
+      const backend::CudaDevices gpus = backend::query_cuda_devices();
+      if (gpus.count > 0) {
+        plan.gpus = choose_gpus(local_worker, c.towers, gpus.count, gpus.visible_env);
+        plan.kind = backend::DeviceKind::kCuda;
+      } else if (c.device == "cuda") {
+        throw ConfigError(str("--device cuda: no usable GPU on ", topo.my_name(), ": ", gpus.why_none,
+                              " (CUDA_VISIBLE_DEVICES=", gpus.visible_env, "); pass --device cpu"));
+      } else if (topo.is_chief()) {
+        log_info("--device auto: no usable GPU (", gpus.why_none, "); training on the CPU");
+      }
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+  }
+  comm::raise_if_any(topo.world(), error);
+
+  // Mixed devices work (the exchange is host memory) but are worth a warning: numerics and speed
+  // differ between workers.
+  const int cuda = plan.kind == backend::DeviceKind::kCuda ? 1 : 0;
+  int min_of[2] = {topo.is_worker() ? cuda : 1, topo.is_worker() ? -cuda : 0};  // min cuda, -max cuda
+  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, min_of, 2, MPI_INT, MPI_MIN, topo.world().get()));
+  const int lo = min_of[0], hi = -min_of[1];
+  if (lo != hi && topo.is_chief())
+    log_warning("some workers train on GPUs and some on CPUs (--device auto with GPUs on some nodes only); "
+                "pass --device cuda or --device cpu to make them alike");
+  return plan;
+}
+
+}  // namespace drt::train
