@@ -14,20 +14,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda_check.hpp"
+#include "grid_stride.cuh"
 #include "drtrain/kernels/launchers.hpp"
 
 namespace drt::kernels {
 namespace {
 
-constexpr unsigned kBlock = 256;
-
-bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
-
-__device__ std::size_t first_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-
-unsigned grid(std::size_t n, bool vector) { return cuda::grid_for(vector ? (n + 3) / 4 : n, kBlock); }
+using namespace detail;
 
 __device__ unsigned short to_bf16(float x) {
   if (isnan(x)) return static_cast<unsigned short>((__float_as_uint(x) >> 16) | 0x0040u);
@@ -40,35 +33,27 @@ __device__ float from_bf16(unsigned short b) {
 }
 
 __global__ void float_to_bf16_kernel(const float* x, std::uint16_t* y, std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    ushort4* y4 = reinterpret_cast<ushort4*>(y);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      const float4 v = x4[i];
-      y4[i] = make_ushort4(to_bf16(v.x), to_bf16(v.y), to_bf16(v.z), to_bf16(v.w));
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) y[i] = to_bf16(x[i]);
+  const auto* x4 = reinterpret_cast<const float4*>(x);
+  auto* y4 = reinterpret_cast<ushort4*>(y);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        const float4 v = x4[q];
+        y4[q] = make_ushort4(to_bf16(v.x), to_bf16(v.y), to_bf16(v.z), to_bf16(v.w));
+      },
+      [&](std::size_t i) { y[i] = to_bf16(x[i]); });
 }
 
 __global__ void bf16_to_float_kernel(const std::uint16_t* x, float* y, std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    const ushort4* x4 = reinterpret_cast<const ushort4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      const ushort4 v = x4[i];
-      y4[i] = make_float4(from_bf16(v.x), from_bf16(v.y), from_bf16(v.z), from_bf16(v.w));
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) y[i] = from_bf16(x[i]);
+  const auto* x4 = reinterpret_cast<const ushort4*>(x);
+  auto* y4 = reinterpret_cast<float4*>(y);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        const ushort4 v = x4[q];
+        y4[q] = make_float4(from_bf16(v.x), from_bf16(v.y), from_bf16(v.z), from_bf16(v.w));
+      },
+      [&](std::size_t i) { y[i] = from_bf16(x[i]); });
 }
 
 }  // namespace
@@ -76,14 +61,14 @@ __global__ void bf16_to_float_kernel(const std::uint16_t* x, float* y, std::size
 void float_to_bf16(const float* x, std::uint16_t* y, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned(x, 16) && aligned(y, 8);
-  float_to_bf16_kernel<<<grid(n, vector), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n, vector);
+  float_to_bf16_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(x, y, n, vector);
   DRT_CUDA_LAUNCH_CHECK("float_to_bf16");
 }
 
 void bf16_to_float(const std::uint16_t* x, float* y, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned(x, 8) && aligned(y, 16);
-  bf16_to_float_kernel<<<grid(n, vector), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(x, y, n, vector);
+  bf16_to_float_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(x, y, n, vector);
   DRT_CUDA_LAUNCH_CHECK("bf16_to_float");
 }
 

@@ -12,22 +12,15 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda_check.hpp"
+#include "grid_stride.cuh"
 #include "drtrain/kernels/launchers.hpp"
 
 namespace drt::kernels {
 namespace {
 
-constexpr unsigned kBlock = 256;
+using namespace detail;
 
-cudaStream_t as_stream(Stream stream) { return static_cast<cudaStream_t>(stream); }
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-__device__ std::size_t first_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-
-// Threads to cover n elements: one float4 per thread on the vector path.
-unsigned grid(std::size_t n, bool vector) { return cuda::grid_for(vector ? (n + 3) / 4 : n, kBlock); }
+bool aligned16(const void* p) { return aligned(p, 16); }
 
 __device__ void add_to(float& v, float b) { v += b; }
 __device__ void add_to(float4& v, const float4& b) {
@@ -67,69 +60,53 @@ __global__ void bias_grad_kernel(const float* dy, float* grad_bias, std::size_t 
 
 // y = relu(x); y == x allowed (each element is read before it is written, by the same thread).
 __global__ void relu_forward_kernel(const float* x, float* y, std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      const float4 v = x4[i];
-      y4[i] = make_float4(relu(v.x), relu(v.y), relu(v.z), relu(v.w));
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) y[i] = relu(x[i]);
+  const auto* x4 = reinterpret_cast<const float4*>(x);
+  auto* y4 = reinterpret_cast<float4*>(y);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        const float4 v = x4[q];
+        y4[q] = make_float4(relu(v.x), relu(v.y), relu(v.z), relu(v.w));
+      },
+      [&](std::size_t i) { y[i] = relu(x[i]); });
 }
 
 // dx = relu_grad(y, dy); dx == dy allowed.
 __global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    const float4* y4 = reinterpret_cast<const float4*>(y);
-    const float4* dy4 = reinterpret_cast<const float4*>(dy);
-    float4* dx4 = reinterpret_cast<float4*>(dx);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      const float4 a = y4[i], d = dy4[i];
-      dx4[i] = make_float4(relu_grad(a.x, d.x), relu_grad(a.y, d.y), relu_grad(a.z, d.z), relu_grad(a.w, d.w));
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) dx[i] = relu_grad(y[i], dy[i]);
+  const auto* y4 = reinterpret_cast<const float4*>(y);
+  const auto* dy4 = reinterpret_cast<const float4*>(dy);
+  auto* dx4 = reinterpret_cast<float4*>(dx);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        const float4 a = y4[q], d = dy4[q];
+        dx4[q] = make_float4(relu_grad(a.x, d.x), relu_grad(a.y, d.y), relu_grad(a.z, d.z), relu_grad(a.w, d.w));
+      },
+      [&](std::size_t i) { dx[i] = relu_grad(y[i], dy[i]); });
 }
 
 // y = a * x + b * y (nvcc may fuse one product into an FMA: the last bit can differ from the CPU).
 __global__ void axpby_kernel(float a, const float* x, float b, float* y, std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(x);
-    float4* y4 = reinterpret_cast<float4*>(y);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      const float4 u = x4[i], v = y4[i];
-      y4[i] = make_float4(a * u.x + b * v.x, a * u.y + b * v.y, a * u.z + b * v.z, a * u.w + b * v.w);
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) y[i] = a * x[i] + b * y[i];
+  const auto* x4 = reinterpret_cast<const float4*>(x);
+  auto* y4 = reinterpret_cast<float4*>(y);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        const float4 u = x4[q], v = y4[q];
+        y4[q] = make_float4(a * u.x + b * v.x, a * u.y + b * v.y, a * u.z + b * v.z, a * u.w + b * v.w);
+      },
+      [&](std::size_t i) { y[i] = a * x[i] + b * y[i]; });
 }
 
 __global__ void scale_kernel(float a, float* x, std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    float4* x4 = reinterpret_cast<float4*>(x);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      const float4 v = x4[i];
-      x4[i] = make_float4(a * v.x, a * v.y, a * v.z, a * v.w);
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) x[i] *= a;
+  auto* x4 = reinterpret_cast<float4*>(x);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        const float4 v = x4[q];
+        x4[q] = make_float4(a * v.x, a * v.y, a * v.z, a * v.w);
+      },
+      [&](std::size_t i) { x[i] *= a; });
 }
 
 }  // namespace
@@ -138,10 +115,10 @@ void add_bias_rows(float* y, const float* bias, int rows, int cols, Stream strea
   if (rows <= 0 || cols <= 0) return;
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
   if (cols % 4 == 0 && aligned16(y) && aligned16(bias)) {
-    add_bias_kernel<float4><<<grid(n, true), kBlock, 0, as_stream(stream)>>>(
+    add_bias_kernel<float4><<<grid(n, true), kBlock, 0, cuda(stream)>>>(
         reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(bias), n / 4, static_cast<std::size_t>(cols) / 4);
   } else {
-    add_bias_kernel<float><<<grid(n, false), kBlock, 0, as_stream(stream)>>>(y, bias, n,
+    add_bias_kernel<float><<<grid(n, false), kBlock, 0, cuda(stream)>>>(y, bias, n,
                                                                             static_cast<std::size_t>(cols));
   }
   DRT_CUDA_LAUNCH_CHECK("add_bias_rows");
@@ -151,7 +128,7 @@ void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols, Strea
   if (cols <= 0) return;
   // rows == 0 still runs: the gradient is then zero, as on the CPU.
   const std::size_t r = rows > 0 ? static_cast<std::size_t>(rows) : 0;
-  bias_grad_kernel<<<cuda::grid_for(static_cast<std::size_t>(cols), kBlock), kBlock, 0, as_stream(stream)>>>(
+  bias_grad_kernel<<<cuda::grid_for(static_cast<std::size_t>(cols), kBlock), kBlock, 0, cuda(stream)>>>(
       dy, grad_bias, r, static_cast<std::size_t>(cols));
   DRT_CUDA_LAUNCH_CHECK("bias_grad_rows");
 }
@@ -159,28 +136,28 @@ void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols, Strea
 void relu_forward(const float* x, float* y, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned16(x) && aligned16(y);
-  relu_forward_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(x, y, n, vector);
+  relu_forward_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(x, y, n, vector);
   DRT_CUDA_LAUNCH_CHECK("relu_forward");
 }
 
 void relu_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned16(y) && aligned16(dy) && aligned16(dx);
-  relu_backward_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(y, dy, dx, n, vector);
+  relu_backward_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(y, dy, dx, n, vector);
   DRT_CUDA_LAUNCH_CHECK("relu_backward");
 }
 
 void axpby(float a, const float* x, float b, float* y, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned16(x) && aligned16(y);
-  axpby_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(a, x, b, y, n, vector);
+  axpby_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(a, x, b, y, n, vector);
   DRT_CUDA_LAUNCH_CHECK("axpby");
 }
 
 void scale(float a, float* x, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned16(x);
-  scale_kernel<<<grid(n, vector), kBlock, 0, as_stream(stream)>>>(a, x, n, vector);
+  scale_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(a, x, n, vector);
   DRT_CUDA_LAUNCH_CHECK("scale");
 }
 

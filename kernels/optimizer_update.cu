@@ -9,76 +9,63 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda_check.hpp"
+#include "grid_stride.cuh"
 #include "drtrain/kernels/launchers.hpp"
 
 namespace drt::kernels {
 namespace {
 
-constexpr unsigned kBlock = 256;
+using namespace detail;
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-__device__ std::size_t first_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-__device__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
-
-unsigned grid(std::size_t n, bool vector) { return cuda::grid_for(vector ? (n + 3) / 4 : n, kBlock); }
+bool aligned16(const void* p) { return aligned(p, 16); }
 
 // kMomentum false: plain SGD, `buf` is not touched (may be null).
 template <bool kMomentum>
 __global__ void sgd_kernel(SgdCoefficients c, float* p, const float* g, float grad_scale, float* buf,
                            std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    float4* p4 = reinterpret_cast<float4*>(p);
-    const float4* g4 = reinterpret_cast<const float4*>(g);
-    float4* b4 = reinterpret_cast<float4*>(buf);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      float4 pv = p4[i];
-      const float4 gv = g4[i];
-      float4 bv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (kMomentum) bv = b4[i];
-      sgd_update(c, pv.x, gv.x, grad_scale, bv.x);
-      sgd_update(c, pv.y, gv.y, grad_scale, bv.y);
-      sgd_update(c, pv.z, gv.z, grad_scale, bv.z);
-      sgd_update(c, pv.w, gv.w, grad_scale, bv.w);
-      p4[i] = pv;
-      if (kMomentum) b4[i] = bv;
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) {
-    float unused = 0.0f;
-    sgd_update(c, p[i], g[i], grad_scale, kMomentum ? buf[i] : unused);
-  }
+  auto* p4 = reinterpret_cast<float4*>(p);
+  const auto* g4 = reinterpret_cast<const float4*>(g);
+  auto* b4 = reinterpret_cast<float4*>(buf);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        float4 pv = p4[q];
+        const float4 gv = g4[q];
+        float4 bv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (kMomentum) bv = b4[q];
+        sgd_update(c, pv.x, gv.x, grad_scale, bv.x);
+        sgd_update(c, pv.y, gv.y, grad_scale, bv.y);
+        sgd_update(c, pv.z, gv.z, grad_scale, bv.z);
+        sgd_update(c, pv.w, gv.w, grad_scale, bv.w);
+        p4[q] = pv;
+        if (kMomentum) b4[q] = bv;
+      },
+      [&](std::size_t i) {
+        float unused = 0.0f;
+        sgd_update(c, p[i], g[i], grad_scale, kMomentum ? buf[i] : unused);
+      });
 }
 
 __global__ void adam_kernel(AdamCoefficients c, float* p, const float* g, float grad_scale, float* m, float* v,
                             std::size_t n, bool vector) {
-  const std::size_t stride = grid_threads();
-  std::size_t done = 0;
-  if (vector) {
-    const std::size_t n4 = n / 4;
-    float4* p4 = reinterpret_cast<float4*>(p);
-    const float4* g4 = reinterpret_cast<const float4*>(g);
-    float4* m4 = reinterpret_cast<float4*>(m);
-    float4* v4 = reinterpret_cast<float4*>(v);
-    for (std::size_t i = first_index(); i < n4; i += stride) {
-      float4 pv = p4[i], mv = m4[i], vv = v4[i];
-      const float4 gv = g4[i];
-      adam_update(c, pv.x, gv.x, grad_scale, mv.x, vv.x);
-      adam_update(c, pv.y, gv.y, grad_scale, mv.y, vv.y);
-      adam_update(c, pv.z, gv.z, grad_scale, mv.z, vv.z);
-      adam_update(c, pv.w, gv.w, grad_scale, mv.w, vv.w);
-      p4[i] = pv;
-      m4[i] = mv;
-      v4[i] = vv;
-    }
-    done = n4 * 4;
-  }
-  for (std::size_t i = done + first_index(); i < n; i += stride) adam_update(c, p[i], g[i], grad_scale, m[i], v[i]);
+  auto* p4 = reinterpret_cast<float4*>(p);
+  const auto* g4 = reinterpret_cast<const float4*>(g);
+  auto* m4 = reinterpret_cast<float4*>(m);
+  auto* v4 = reinterpret_cast<float4*>(v);
+  for_each_element(
+      n, vector,
+      [&](std::size_t q) {
+        float4 pv = p4[q], mv = m4[q], vv = v4[q];
+        const float4 gv = g4[q];
+        adam_update(c, pv.x, gv.x, grad_scale, mv.x, vv.x);
+        adam_update(c, pv.y, gv.y, grad_scale, mv.y, vv.y);
+        adam_update(c, pv.z, gv.z, grad_scale, mv.z, vv.z);
+        adam_update(c, pv.w, gv.w, grad_scale, mv.w, vv.w);
+        p4[q] = pv;
+        m4[q] = mv;
+        v4[q] = vv;
+      },
+      [&](std::size_t i) { adam_update(c, p[i], g[i], grad_scale, m[i], v[i]); });
 }
 
 }  // namespace
@@ -86,7 +73,7 @@ __global__ void adam_kernel(AdamCoefficients c, float* p, const float* g, float 
 void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,
                 std::size_t n, Stream stream) {
   if (n == 0) return;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const cudaStream_t s = cuda(stream);
   if (c.momentum == 0.0f) {
     const bool vector = aligned16(params) && aligned16(grad);
     sgd_kernel<false><<<grid(n, vector), kBlock, 0, s>>>(c, params, grad, grad_scale, nullptr, n, vector);
@@ -101,7 +88,7 @@ void adam_update(const AdamCoefficients& c, float* params, const float* grad, fl
                  float* exp_avg_sq, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned16(params) && aligned16(grad) && aligned16(exp_avg) && aligned16(exp_avg_sq);
-  adam_kernel<<<grid(n, vector), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(c, params, grad, grad_scale,
+  adam_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(c, params, grad, grad_scale,
                                                                                  exp_avg, exp_avg_sq, n, vector);
   DRT_CUDA_LAUNCH_CHECK("adam_update");
 }

@@ -3,6 +3,7 @@
 // float32 versions.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -61,7 +62,22 @@ class ReferenceOptimizer {
     }
   }
 
+  // One step with the mean gradient grad * grad_scale (float32 gradients, as drtrain's).
+  void step(const std::vector<float>& grad, float grad_scale) {
+    std::vector<double> mean(grad.size());
+    for (std::size_t i = 0; i < grad.size(); ++i) mean[i] = static_cast<double>(grad[i]) * grad_scale;
+    step(mean);
+  }
+
   const std::vector<double>& params() const { return p_; }
+
+  // The largest difference of `params` from these, relative to max(|reference|, 1e-2).
+  double max_relative_error(const std::vector<float>& params) const {
+    double worst = 0.0;
+    for (std::size_t i = 0; i < p_.size(); ++i)
+      worst = std::max(worst, std::fabs(params[i] - p_[i]) / std::max(std::fabs(p_[i]), 1e-2));
+    return worst;
+  }
 
  private:
   optim::OptimizerConfig c_;
