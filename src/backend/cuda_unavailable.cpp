@@ -23,6 +23,7 @@ CudaDevices query_cuda_devices() {
 }
 
 std::string describe_cuda_device(int) { throw ConfigError(kNoCuda); }
+std::string cuda_pci_bus_id(int) { throw ConfigError(kNoCuda); }
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions&) { throw ConfigError(kNoCuda); }
 void* cuda_stream(Backend&) { throw ConfigError(kNoCuda); }
 int cuda_device_of(Backend&) { throw ConfigError(kNoCuda); }

@@ -41,6 +41,40 @@ std::string DevicePlan::describe() const {
              deterministic ? ", deterministic cuDNN algorithms" : "");
 }
 
+namespace {
+
+// Two workers of a node on one GPU train correctly but share it (each rank sees the same GPUs
+// and exactly --towers of them, so choose_gpus gives every one GPUs 0..T-1): say so. Collective
+// over the node; GPUs are compared by PCI bus id, which CUDA_VISIBLE_DEVICES does not change.
+void warn_about_shared_gpus(const DevicePlan& plan, int towers, const comm::Topology& topo) {
+  constexpr std::size_t kIdChars = 32;
+  const std::size_t per_rank = static_cast<std::size_t>(towers) * kIdChars;
+  std::vector<char> mine(per_rank, '\0');
+  if (plan.kind == backend::DeviceKind::kCuda)
+    for (std::size_t t = 0; t < plan.gpus.size(); ++t)
+      backend::cuda_pci_bus_id(plan.gpus[t]).copy(mine.data() + t * kIdChars, kIdChars - 1);
+  const comm::Comm& node = topo.node_comm();
+  std::vector<char> all(per_rank * static_cast<std::size_t>(node.size()));
+  DRT_MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(per_rank), MPI_CHAR, all.data(), static_cast<int>(per_rank),
+                              MPI_CHAR, node.get()));
+  if (plan.kind != backend::DeviceKind::kCuda) return;
+  for (std::size_t t = 0; t < plan.gpus.size(); ++t) {
+    const std::string id(mine.data() + t * kIdChars);
+    for (int r = 0; r < node.size(); ++r) {
+      if (r == node.rank()) continue;
+      for (std::size_t u = 0; u < static_cast<std::size_t>(towers); ++u)
+        if (id == std::string(all.data() + static_cast<std::size_t>(r) * per_rank + u * kIdChars)) {
+          log_warning(topo.my_name(), " shares GPU ", id, " with another rank of its node: give each rank its own "
+                      "GPUs (e.g. srun --gpus-per-task) or let every rank see all of them; training is correct but "
+                      "slower");
+          return;
+        }
+    }
+  }
+}
+
+}  // namespace
+
 DevicePlan plan_devices(const TrainConfig& c, const comm::Topology& topo) {
   // The node-local index of this worker among the workers of its node (PS ranks count 0).
   int is_worker = topo.is_worker() ? 1 : 0, local_worker = 0;
@@ -69,6 +103,8 @@ DevicePlan plan_devices(const TrainConfig& c, const comm::Topology& topo) {
     }
   }
   comm::raise_if_any(topo.world(), error);
+
+  warn_about_shared_gpus(plan, c.towers, topo);
 
   // Mixed devices work (the exchange is host memory) but are worth a warning: numerics and speed
   // differ between workers.

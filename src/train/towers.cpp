@@ -39,9 +39,11 @@ struct Tower {
     }
   }
   // Device pointers to n host images and labels: the host memory itself on the CPU, else a copy
-  // queued on the tower's stream (pageable host memory may be reused once it returns).
+  // queued on the tower's stream. The host memory must live until the tower's loss is taken
+  // (compute() and evaluate() take it before they return).
   std::pair<const float*, const std::int32_t*> upload(const float* x, const std::int32_t* y, int n,
                                                       std::size_t image_floats) {
+    DRT_ASSERT(n >= 0 && n <= network.max_batch(), "a tower's batch part exceeds the batch it was built for");
     if (device->kind() == backend::DeviceKind::kCpu) return {x, y};
     device->copy_from_host(images.floats(), x, static_cast<std::size_t>(n) * image_floats * sizeof(float));
     device->copy_from_host(labels.ints(), y, static_cast<std::size_t>(n) * sizeof(std::int32_t));

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "drtrain/backend/cuda_backend.hpp"
@@ -102,8 +103,11 @@ TEST(CudaTowers, TrainingOnGpuTowersMatchesCpuTowers) {
     const std::vector<float> expected = train_steps(spec, cpu, towers, 5);
     const std::vector<float> got = train_steps(spec, gpu, towers, 5);
     // Five steps of float32 training from the same start: summation orders differ (cuBLAS,
-    // cuDNN, NCCL vs OpenBLAS, oneDNN), a few 1e-6 relative per step.
-    EXPECT_TRUE(all_close(got, expected, 1e-4)) << model << " on " << towers << " GPU tower(s)";
+    // cuDNN, NCCL vs OpenBLAS, oneDNN), a few 1e-6 relative per step. The CNN may also decide
+    // a near-tie of a ReLU or max pool differently (device_compare.hpp, mostly_close).
+    const bool cnn = std::string(model) == "cnn";
+    EXPECT_TRUE(cnn ? testing_support::mostly_close(got, expected, 1e-4, got.size() / 500) : all_close(got, expected, 1e-4))
+        << model << " on " << towers << " GPU tower(s)";
   }
 }
 

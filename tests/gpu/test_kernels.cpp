@@ -131,6 +131,7 @@ class Kernels : public ::testing::Test {
     std::copy(values.begin(), values.end(), host.begin() + static_cast<std::ptrdiff_t>(offset));
     Array a{gpu().allocate_floats(host.size()), offset, values.size()};
     gpu().copy_from_host(a.buffer.floats(), host.data(), host.size() * sizeof(float));
+    gpu().synchronize();  // `host` goes away on return; an asynchronous copy may still read it
     return a;
   }
   static Array poisoned(std::size_t n, std::size_t offset = 0) { return upload(std::vector<float>(n, kNaN), offset); }
@@ -153,6 +154,7 @@ class Kernels : public ::testing::Test {
   static DeviceBuffer upload_raw(const std::vector<T>& values) {
     DeviceBuffer b = gpu().allocate(std::max<std::size_t>(values.size() * sizeof(T), 16));
     if (!values.empty()) gpu().copy_from_host(b.floats(), values.data(), values.size() * sizeof(T));
+    gpu().synchronize();  // `values` may be a temporary
     return b;
   }
   template <typename T>
@@ -176,9 +178,11 @@ TEST_F(Kernels, ReluForward) {
     std::vector<float> want(n);
     ref::relu_forward(x.data(), want.data(), n);
     for (std::size_t offset : {0, 1}) {
-      const Array dx = upload(x, offset), y = poisoned(n, offset == 0 ? 1 : 0);  // mixed alignment too
-      relu_forward(dx.data(), y.data(), n, stream());
-      EXPECT_TRUE(same_bits(download(y), want, label("relu_forward", n, offset)));
+      for (std::size_t y_offset : {std::size_t{0}, std::size_t{1}}) {  // aligned (float4 path) and mixed
+        const Array dx = upload(x, offset), y = poisoned(n, y_offset);
+        relu_forward(dx.data(), y.data(), n, stream());
+        EXPECT_TRUE(same_bits(download(y), want, label("relu_forward", n, offset) + " y offset " + std::to_string(y_offset)));
+      }
       const Array xy = upload(x, offset);  // in place
       relu_forward(xy.data(), xy.data(), n, stream());
       EXPECT_TRUE(same_bits(download(xy), want, label("relu_forward in place", n, offset)));

@@ -75,7 +75,10 @@ class Backend {
   virtual DeviceBuffer allocate(std::size_t bytes) = 0;
   DeviceBuffer allocate_floats(std::size_t count) { return allocate(count * sizeof(float)); }
   virtual void free(void* data) noexcept = 0;  // DeviceBuffer calls it
+  // The host memory must stay valid and unchanged until the device has done the copy, i.e. until
+  // the next synchronize(), copy_to_host() or take_loss_sums() (on the CPU: the call itself).
   virtual void copy_from_host(void* device, const void* host, std::size_t bytes) = 0;
+  // Returns when the data is in `host`.
   virtual void copy_to_host(void* host, const void* device, std::size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;  // device to device
   virtual void zero(void* device, std::size_t bytes) = 0;

@@ -20,6 +20,8 @@ struct CudaDevices {
 CudaDevices query_cuda_devices();
 // "NVIDIA H200 (sm_90, 139 GiB)": for logs.
 std::string describe_cuda_device(int device);
+// "0000:1b:00.0": the same physical GPU has the same id whatever CUDA_VISIBLE_DEVICES says.
+std::string cuda_pci_bus_id(int device);
 
 struct CudaOptions {
   int device = 0;              // index among the visible GPUs

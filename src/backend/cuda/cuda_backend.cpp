@@ -7,7 +7,8 @@
 // (cudnnConvolutionForward/BackwardData/BackwardFilter) fits our fixed NCHW float32 layers with
 // a few lines per call; the graph API would buy fusions we do not need yet. Algorithms are
 // chosen per shape by cudnnFind*Algorithm (it times every algorithm once, on first use of a
-// shape) rather than by heuristics, keeping the fastest whose workspace fits kMaxWorkspace; with
+// shape, batch size included, so an epoch's last partial batch pays one more search) rather than
+// by heuristics, keeping the fastest whose workspace fits kMaxWorkspace; with
 // --deterministic only algorithms cuDNN reports as deterministic qualify. Math: FMA only (exact
 // float32, comparable with the CPU) unless TF32 is allowed (--cuda-tf32).
 #include <cuda_runtime.h>
@@ -144,8 +145,9 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     cudaFree(data);  // waits for the device: buffers are freed at teardown, not per step
   }
-  // Pageable host memory may be reused when this returns (CUDA stages it first); the copy itself
-  // is ordered on the stream before later work.
+  // Queued on the stream (backend.hpp: the host memory must live until the stream has passed
+  // the copy). CUDA documents a pageable source as staged before cudaMemcpyAsync returns only
+  // "possibly", so nothing relies on it.
   void copy_from_host(void* device, const void* host, std::size_t bytes) override {
     if (bytes == 0) return;
     cuda::use_device(device_);
@@ -262,7 +264,9 @@ class CudaBackend final : public Backend {
     if (rows == 0) return;
     cuda::use_device(device_);
     if (static_cast<std::size_t>(rows) > row_scratch_rows_) {
-      // Growing waits for the device (cudaFree); it happens for the first batch only.
+      // Growing waits for the stream, whose queued kernels may use the old buffer; it happens for
+      // the first (largest) batch only.
+      DRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
       if (row_scratch_) DRT_CUDA_CHECK(cudaFree(row_scratch_));
       row_scratch_ = nullptr;
       DRT_CUDA_CHECK(cudaMalloc(&row_scratch_, static_cast<std::size_t>(rows) * sizeof(double)));
@@ -340,7 +344,9 @@ class CudaBackend final : public Backend {
 
   void reserve_workspace(std::size_t bytes) {
     if (bytes <= workspace_bytes_) return;
-    // Growing waits for the device (cudaFree); it happens while plans are made, on first use.
+    // Growing waits for the stream, whose queued work may use the old workspace; it happens while
+    // plans are made, on the first use of a shape.
+    DRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (workspace_) DRT_CUDA_CHECK(cudaFree(workspace_));
     workspace_ = nullptr;
     DRT_CUDA_CHECK(cudaMalloc(&workspace_, bytes));

@@ -34,6 +34,12 @@ std::string describe_cuda_device(int device) {
   return str(p.name, " (sm_", p.major, p.minor, ", ", p.totalGlobalMem >> 30, " GiB, PCI ", p.pciBusID, ")");
 }
 
+std::string cuda_pci_bus_id(int device) {
+  char id[32] = "";
+  DRT_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  return id;
+}
+
 void set_cuda_debug_sync(bool on) { cuda::set_debug_sync(on); }
 
 }  // namespace drt::backend
