@@ -17,6 +17,11 @@ samples/s = global samples of the --steps timed steps / wall time of those steps
 rank 0; --warmup steps run first and are not timed. In DDP mode all ranks meet in a barrier
 before and after the timed region.
 
+--device cuda (single process only; bench/gpu/run.sh): the model and each batch on the GPU. The
+data set stays in host memory and each batch is gathered there and copied to the GPU (that copy
+is timed); the timed region starts and ends with torch.cuda.synchronize(), so GPU work still
+queued when the loop ends is counted.
+
 Run with Debian's interpreter: /usr/bin/python3 bench/peers/torch_train.py --help
 """
 
@@ -39,6 +44,8 @@ def parse_args(argv=None):
                    help="directory with the Fashion-MNIST IDX .gz files")
     p.add_argument("--synthetic-train", type=int, default=60000, help="images of --dataset synthetic")
     p.add_argument("--ranks", type=int, default=1, help="1: single process; N > 1: DDP (gloo) with N processes")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model trains (cuda: --ranks 1 only)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per process (also OPENBLAS/OMP/MKL_NUM_THREADS)")
     p.add_argument("--batch-size", type=int, default=128, help="global batch")
@@ -57,6 +64,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.ranks < 1 or a.threads < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--ranks, --threads and --steps must be >= 1, --warmup >= 0")
+    if a.device == "cuda" and a.ranks != 1:
+        p.error("--device cuda runs a single process: use --ranks 1")
     if a.batch_size < a.ranks or a.batch_size % a.ranks != 0:
         p.error(f"--batch-size {a.batch_size} must be a multiple of --ranks {a.ranks}")
     return a
@@ -201,7 +210,10 @@ def train(rank, a, port):
         raise SystemExit(f"{count} images are fewer than one batch of {global_batch}")
 
     torch.manual_seed(a.seed)  # same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = make_model(a.model)
+    device = torch.device(a.device)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    model = make_model(a.model).to(device)
     if ddp:
         model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -215,7 +227,9 @@ def train(rank, a, port):
             perm = torch.from_numpy(np.random.default_rng([a.seed, epoch]).permutation(count))
             perm_epoch = epoch
         idx = perm[s * global_batch + rank * local: s * global_batch + (rank + 1) * local]
-        return images[idx], targets[idx]
+        if a.device == "cpu":
+            return images[idx], targets[idx]
+        return images[idx].to(device), targets[idx].to(device)
 
     def step(i):
         x, y = batch(i)
@@ -227,17 +241,24 @@ def train(rank, a, port):
         opt.step()
         return loss
 
+    def sync():
+        # GPU work is queued asynchronously: wait for it, or the clock stops before it ran.
+        if a.device == "cuda":
+            torch.cuda.synchronize()
+
     model.train()
     for i in range(a.warmup):
         step(i)
     if ddp:
         dist.barrier()
+    sync()
     t0 = time.perf_counter()
     loss = None
     for i in range(a.warmup, a.warmup + a.steps):
         loss = step(i)
     if ddp:
         dist.barrier()
+    sync()
     wall = time.perf_counter() - t0
     final_loss = float(loss.detach())
 
@@ -250,6 +271,10 @@ def train(rank, a, port):
             "steps": a.steps, "warmup": a.warmup, "wall_s": wall, "last_loss": final_loss,
             "torch_threads": torch.get_num_threads(), "openblas_core": loaded_openblas_core(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
+            "device": a.device,
+            **({"gpu": torch.cuda.get_device_name(0), "torch_cuda": torch.version.cuda,
+                "cudnn": torch.backends.cudnn.version(),
+                "cudnn_benchmark": torch.backends.cudnn.benchmark} if a.device == "cuda" else {}),
         }), flush=True)
     if ddp:
         dist.destroy_process_group()
