@@ -220,37 +220,31 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
-# (a) GPU tests.
-if [[ $HAVE_BUNDLE == 0 ]]; then
-  record gpu_tests skipped -1 "no bundle" 0
-elif [[ ! -x $B/tests/drt_gpu_tests ]]; then
-  record gpu_tests skipped -1 "tests/drt_gpu_tests not in the bundle (target not built when the bundle was made)" 0
-else
-  rm -f "$OUTDIR/gpu_tests.xml"
-  run_step gpu_tests 150 -- "$B/tests/drt_gpu_tests" "--gtest_output=xml:$OUTDIR/gpu_tests.xml"
+# (a) GPU tests and (b) the kernel benchmark: bundled programs that exit 77 without a usable GPU.
+# gpu_program_step NAME CAP PATH-IN-BUNDLE [ARGS...]
+gpu_program_step() {
+  local name=$1 cap=$2 program=$3 log
+  shift 3
+  log="$LOGS/$name.log"
+  if [[ $HAVE_BUNDLE == 0 ]]; then
+    record "$name" skipped -1 "no bundle" 0
+    return
+  fi
+  if [[ ! -x $B/$program ]]; then
+    record "$name" skipped -1 "$program not in the bundle (target not built when the bundle was made)" 0
+    return
+  fi
+  run_step "$name" "$cap" -- "$B/$program" "$@"
   case $RC in
-    0) record gpu_tests passed 0 "" "$STEP_S" ;;
-    77) record gpu_tests skipped 77 "exit 77, no usable GPU: $(grep -m1 SKIPPED "$LOGS/gpu_tests.log" || tail -n 1 "$LOGS/gpu_tests.log")" "$STEP_S" ;;
-    -1) record gpu_tests skipped -1 "$REASON" 0 ;;
-    *) record gpu_tests failed "$RC" "${REASON:-exit status $RC: $(grep -m1 -E '^\[  FAILED  \] [0-9]+ test' "$LOGS/gpu_tests.log" || tail -n 1 "$LOGS/gpu_tests.log")}" "$STEP_S" ;;
+    0) record "$name" passed 0 "" "$STEP_S" ;;
+    77) record "$name" skipped 77 "exit 77: $(grep -m1 -i 'no usable GPU' "$log" || tail -n 1 "$log")" "$STEP_S" ;;
+    -1) record "$name" skipped -1 "$REASON" 0 ;;
+    *) record "$name" failed "$RC" "${REASON:-exit status $RC: $(grep -m1 -E '^\[  FAILED  \] [0-9]+ test' "$log" || tail -n 1 "$log")}" "$STEP_S" ;;
   esac
-fi
-
-# (b) Kernel benchmark.
-if [[ $HAVE_BUNDLE == 0 ]]; then
-  record bench_kernels skipped -1 "no bundle" 0
-elif [[ ! -x $B/bin/drt_bench_kernels ]]; then
-  record bench_kernels skipped -1 "bin/drt_bench_kernels not in the bundle (target not built when the bundle was made)" 0
-else
-  rm -f "$OUTDIR/kernels.json"
-  run_step bench_kernels 60 -- "$B/bin/drt_bench_kernels" --json "$OUTDIR/kernels.json"
-  case $RC in
-    0) record bench_kernels passed 0 "" "$STEP_S" ;;
-    77) record bench_kernels skipped 77 "exit 77: $(grep -m1 -i 'no usable GPU' "$LOGS/bench_kernels.log" || tail -n 1 "$LOGS/bench_kernels.log")" "$STEP_S" ;;
-    -1) record bench_kernels skipped -1 "$REASON" 0 ;;
-    *) record bench_kernels failed "$RC" "${REASON:-exit status $RC}" "$STEP_S" ;;
-  esac
-fi
+}
+rm -f "$OUTDIR/gpu_tests.xml" "$OUTDIR/kernels.json"
+gpu_program_step gpu_tests 150 tests/drt_gpu_tests "--gtest_output=xml:$OUTDIR/gpu_tests.xml"
+gpu_program_step bench_kernels 60 bin/drt_bench_kernels --json "$OUTDIR/kernels.json"
 
 # (c) drtrain: CNN, 1 PS + 1 worker (one GPU tower), global batch 256.
 DEV_FLAG=()

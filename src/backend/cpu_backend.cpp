@@ -39,6 +39,24 @@ int group_size(const Conv2dShape& s) {
                                                   static_cast<std::size_t>(std::max(s.batch, 1))));
 }
 
+// The im2col + GEMM geometry of a convolution: images per group, output pixels per image, rows
+// of the column matrix (in_channels x kernel x kernel), floats per input and output image. The
+// workspace holds the group's column matrix, then the group's GEMM output.
+struct Im2colGeometry {
+  explicit Im2colGeometry(const Conv2dShape& s)
+      : group(group_size(s)),
+        plane(s.out_height() * s.out_width()),
+        rows(s.in_channels * s.kernel * s.kernel),
+        in_image(static_cast<std::size_t>(s.in_channels) * s.height * s.width),
+        out_image(static_cast<std::size_t>(s.out_channels) * plane) {}
+  std::size_t column_floats() const { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(group) * plane; }
+  std::size_t workspace_floats(int out_channels) const {
+    return static_cast<std::size_t>(group) * plane * (static_cast<std::size_t>(rows) + out_channels);
+  }
+  int group, plane, rows;
+  std::size_t in_image, out_image;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(bool onednn) {
@@ -76,35 +94,22 @@ class CpuBackend final : public Backend {
                 ta ? m : k, b, tb ? k : n, beta, c, n);
   }
 
+  // The elementwise math is the kernels' CPU references (kernels/reference.cpp), so the GPU
+  // kernels are tested against exactly what this backend computes.
   void add_bias_rows(float* y, const float* bias, int rows, int cols) override {
-    for (int r = 0; r < rows; ++r) {
-      float* row = y + static_cast<std::size_t>(r) * cols;
-      for (int j = 0; j < cols; ++j) row[j] += bias[j];
-    }
+    kernels::ref::add_bias_rows(y, bias, rows, cols);
   }
-
   void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols) override {
-    std::fill(grad_bias, grad_bias + cols, 0.0f);
-    for (int r = 0; r < rows; ++r) {
-      const float* row = dy + static_cast<std::size_t>(r) * cols;
-      for (int j = 0; j < cols; ++j) grad_bias[j] += row[j];
-    }
+    kernels::ref::bias_grad_rows(dy, grad_bias, rows, cols);
   }
-
-  void relu_forward(const float* x, float* y, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-  }
-
+  void relu_forward(const float* x, float* y, std::size_t n) override { kernels::ref::relu_forward(x, y, n); }
   void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) override {
-    for (std::size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    kernels::ref::relu_backward(y, dy, dx, n);
   }
 
   std::size_t conv2d_workspace_floats(const Conv2dShape& s) const override {
     if (onednn()) return 0;  // oneDNN keeps its own buffers per shape
-    const std::size_t g = static_cast<std::size_t>(group_size(s));
-    const std::size_t plane = static_cast<std::size_t>(s.out_height()) * s.out_width();
-    const std::size_t rows = static_cast<std::size_t>(s.in_channels) * s.kernel * s.kernel;
-    return g * plane * (rows + static_cast<std::size_t>(s.out_channels));  // columns + GEMM output
+    return Im2colGeometry(s).workspace_floats(s.out_channels);
   }
 
   void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
@@ -112,16 +117,14 @@ class CpuBackend final : public Backend {
 #if DRT_HAVE_ONEDNN
     if (onednn_) return onednn_->forward(s, x, w, bias, y);
 #endif
-    const int g = group_size(s);
-    const int plane = s.out_height() * s.out_width();
-    const int rows = s.in_channels * s.kernel * s.kernel;
-    const std::size_t in_image = static_cast<std::size_t>(s.in_channels) * s.height * s.width;
-    const std::size_t out_image = static_cast<std::size_t>(s.out_channels) * plane;
+    const Im2colGeometry geo(s);
+    const int g = geo.group, plane = geo.plane, rows = geo.rows;
+    const std::size_t in_image = geo.in_image, out_image = geo.out_image;
     for (int n0 = 0; n0 < s.batch; n0 += g) {
       const int count = std::min(g, s.batch - n0);
       const int columns = count * plane;
       float* col = workspace;
-      float* out = workspace + static_cast<std::size_t>(rows) * static_cast<std::size_t>(g) * plane;
+      float* out = workspace + geo.column_floats();
       for (int i = 0; i < count; ++i) im2col(s, x + (n0 + i) * in_image, col, columns, i * plane);
       gemm(false, false, s.out_channels, columns, rows, 1.0f, w, col, 0.0f, out);
       // out is [out_channels x (image, pixel)]; y is NCHW.
@@ -139,18 +142,16 @@ class CpuBackend final : public Backend {
 #if DRT_HAVE_ONEDNN
     if (onednn_) return onednn_->backward(s, x, w, dy, dw, dbias, dx);
 #endif
-    const int g = group_size(s);
-    const int plane = s.out_height() * s.out_width();
-    const int rows = s.in_channels * s.kernel * s.kernel;
-    const std::size_t in_image = static_cast<std::size_t>(s.in_channels) * s.height * s.width;
-    const std::size_t out_image = static_cast<std::size_t>(s.out_channels) * plane;
+    const Im2colGeometry geo(s);
+    const int g = geo.group, plane = geo.plane, rows = geo.rows;
+    const std::size_t in_image = geo.in_image, out_image = geo.out_image;
     std::fill(dbias, dbias + s.out_channels, 0.0f);
     if (dx) std::fill(dx, dx + in_image * static_cast<std::size_t>(s.batch), 0.0f);
     for (int n0 = 0; n0 < s.batch; n0 += g) {
       const int count = std::min(g, s.batch - n0);
       const int columns = count * plane;
       float* col = workspace;
-      float* grad_out = workspace + static_cast<std::size_t>(rows) * static_cast<std::size_t>(g) * plane;
+      float* grad_out = workspace + geo.column_floats();
       // dy of the group as [out_channels x (image, pixel)], and the bias gradient.
       for (int i = 0; i < count; ++i)
         for (int oc = 0; oc < s.out_channels; ++oc) {

@@ -221,6 +221,22 @@ std::uint64_t sum_over(const comm::Comm& ps, std::uint64_t part) {
   return part;
 }
 
+// Elements [lo, hi) of dataset p (tensor t) in flat row-major order: the open dataset, its file
+// space with that range selected, and a 1-D memory space of hi - lo floats.
+struct FlatRange {
+  H5Id dataset, file_space, memory;
+};
+
+FlatRange open_flat_range(hid_t file, const std::string& p, const TensorSpec& t, std::size_t lo, std::size_t hi) {
+  FlatRange r;
+  r.dataset = H5Id(DRT_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT), "opening " + p));
+  r.file_space = H5Id(DRT_H5_CHECK(H5Dget_space(r.dataset), "H5Dget_space"));
+  select_flat_range(r.file_space, dims(t.shape), lo, hi);
+  const hsize_t n = hi - lo;
+  r.memory = H5Id(DRT_H5_CHECK(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"));
+  return r;
+}
+
 }  // namespace
 
 std::uint64_t checksum_part(const std::string& dataset, std::uint64_t first, const float* values, std::size_t count) {
@@ -267,12 +283,8 @@ void write_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointM
   const H5Id dxpl = independent_transfer();
   const std::uint64_t part = for_each_part(layout, slot_names, shard,
       [&](const std::string& p, const TensorSpec& t, std::size_t lo, std::size_t hi, float* data) {
-        H5Id dset(DRT_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT), "opening " + p));
-        H5Id space(DRT_H5_CHECK(H5Dget_space(dset), "H5Dget_space"));
-        select_flat_range(space, dims(t.shape), lo, hi);
-        const hsize_t n = hi - lo;
-        H5Id memory(DRT_H5_CHECK(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"));
-        DRT_H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, memory, space, dxpl, data), "writing " + p);
+        const FlatRange r = open_flat_range(file, p, t, lo, hi);
+        DRT_H5_CHECK(H5Dwrite(r.dataset, H5T_NATIVE_FLOAT, r.memory, r.file_space, dxpl, data), "writing " + p);
       });
   if (after_data) after_data();
   meta.checksum = sum_over(ps, part);
@@ -306,12 +318,8 @@ CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, co
       const H5Id dxpl = independent_transfer();
       part = for_each_part(layout, slot_names, shard,
           [&](const std::string& p, const TensorSpec& t, std::size_t lo, std::size_t hi, float* data) {
-            H5Id dset(DRT_H5_CHECK(H5Dopen2(file, p.c_str(), H5P_DEFAULT), "opening " + p));
-            H5Id space(DRT_H5_CHECK(H5Dget_space(dset), "H5Dget_space"));
-            select_flat_range(space, dims(t.shape), lo, hi);
-            const hsize_t n = hi - lo;
-            H5Id memory(DRT_H5_CHECK(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"));
-            if (H5Dread(dset, H5T_NATIVE_FLOAT, memory, space, dxpl, data) < 0)
+            const FlatRange r = open_flat_range(file, p, t, lo, hi);
+            if (H5Dread(r.dataset, H5T_NATIVE_FLOAT, r.memory, r.file_space, dxpl, data) < 0)
               throw CheckpointError(str("reading ", p, ": ", hdf5_error_stack()));
           });
     } catch (...) {

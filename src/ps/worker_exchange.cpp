@@ -77,17 +77,17 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   if (pushed_elements_ == 0) close_pull_epoch();
   const double t0 = now_seconds();
   const int me = topo_.role_index();
-  std::vector<Chunk> todo = chunks(offset, count);
+  std::vector<Chunk> pending = chunks(offset, count);
   // Accumulate: workers start at different chunks, so that with gradient sums striped over
   // several windows they add into different windows at the same time instead of queueing on one
   // lock. Ordered: all go in the same order, worker w one block behind worker w-1 (again in
   // another stripe).
   const bool ordered = config_.grad_push() == GradPush::kOrdered;
-  if (config_.grad_push() == GradPush::kAccumulate && !todo.empty())
-    std::rotate(todo.begin(), todo.begin() + static_cast<std::ptrdiff_t>(me % todo.size()), todo.end());
+  if (config_.grad_push() == GradPush::kAccumulate && !pending.empty())
+    std::rotate(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(me % pending.size()), pending.end());
   PushHandle handle;
   handle.owner_ = this;
-  for (const Chunk& c : todo) {
+  for (const Chunk& c : pending) {
     // The PS zeroes a block's sum before publishing the block; pushing into it earlier (a caller
     // that skipped the pull) would corrupt the sum. A cache hit after a normal pull.
     if (config_.sync == RmaSync::kPassive) await_block(c.ps, c.block, pushes_ + 1);
