@@ -8,6 +8,8 @@ if(NOT HDF5_IS_PARALLEL)
   message(FATAL_ERROR "drtrain needs the parallel (MPI) build of HDF5; "
                       "on Debian: apt-get install libhdf5-openmpi-dev")
 endif()
+include(DrtCheckMpiMix)  # HDF5 built against another MPI than the MPI compilers': stop here
+drt_check_mpi_mix()
 
 find_package(Boost 1.71 REQUIRED COMPONENTS program_options)
 
