@@ -10,7 +10,7 @@
 # have field >= min (cmake/DrtCheckSummary.cmake).
 #
 #   drt_test_executable(<target> SOURCES ... [LIBS ...] [MPI_MAIN])
-#   drt_add_test(NAME <name> KIND unit|mpi|gpu COMMAND <target> [ARGS ...] [NP n] [TIMEOUT s]
+#   drt_add_test(NAME <name> KIND unit|mpi|gpu COMMAND <target> [args...] [ARGS ...] [NP n] [TIMEOUT s]
 #                [EXPECT_FAIL_REGEX <regex>] [EXPECT_COUNT n|n+] [SUMMARY_AT_LEAST <field> <min>]
 #                [ENV VAR=value ...] [LABELS ...])
 
@@ -31,8 +31,12 @@ function(drt_test_executable target)
 endfunction()
 
 function(drt_add_test)
-  cmake_parse_arguments(T "" "NAME;KIND;COMMAND;NP;TIMEOUT;EXPECT_FAIL_REGEX;EXPECT_COUNT"
-                        "ARGS;LABELS;SUMMARY_AT_LEAST;ENV" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;KIND;NP;TIMEOUT;EXPECT_FAIL_REGEX;EXPECT_COUNT"
+                        "COMMAND;ARGS;LABELS;SUMMARY_AT_LEAST;ENV" ${ARGN})
+  # COMMAND <target or program> [its first arguments...]: the rest go before ARGS.
+  list(POP_FRONT T_COMMAND T_PROGRAM)
+  set(T_ARGS ${T_COMMAND} ${T_ARGS})
+  set(T_COMMAND ${T_PROGRAM})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()

@@ -23,9 +23,11 @@ const char* advice_for(int error_class) {
     case MPI_ERR_RMA_RANGE:
     case MPI_ERR_RMA_ATTACH:
     case MPI_ERR_RMA_SHARED:
-      return "one-sided communication failed: check that the MPI library has a working RMA "
-             "component (Open MPI: `ompi_info | grep osc` lists sm and rdma) and see "
-             "docs/ARCHITECTURE.md, section 'RMA on Open MPI'";
+      return "one-sided communication failed: the MPI library has no working RMA component for "
+             "this layout. Open MPI across nodes: pass OMPI_MCA_osc=pt2pt (Ethernet, Open MPI 4), "
+             "OMPI_MCA_osc=ucx (InfiniBand/RoCE with UCX) or OMPI_MCA_osc=rdma (Open MPI 5) to every "
+             "rank (mpirun -x OMPI_MCA_osc); `ompi_info | grep osc` lists what is installed. See "
+             "README, 'Running across nodes'";
     case MPI_ERR_TRUNCATE:
     case MPI_ERR_COUNT:
     case MPI_ERR_TYPE:

@@ -1,7 +1,9 @@
 #include "drtrain/comm/topology.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <string>
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/choices.hpp"
@@ -31,6 +33,22 @@ std::vector<int> gather_node_indices(const Comm& world, const Comm& node) {
     node_of_rank.push_back(
         static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), l) - distinct.begin()));
   return node_of_rank;
+}
+
+// Every rank's host name (MPI_Get_processor_name), for messages that must say where a rank runs.
+std::vector<std::string> gather_host_names(const Comm& world) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  DRT_MPI_CHECK(MPI_Get_processor_name(mine, &length));
+  std::vector<char> all(static_cast<std::size_t>(world.size()) * MPI_MAX_PROCESSOR_NAME);
+  DRT_MPI_CHECK(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                              world.get()));
+  std::vector<std::string> names;
+  for (int r = 0; r < world.size(); ++r) {
+    const char* name = all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    names.emplace_back(name, strnlen(name, MPI_MAX_PROCESSOR_NAME));
+  }
+  return names;
 }
 
 }  // namespace
@@ -93,6 +111,7 @@ Topology Topology::create(int num_ps, Placement placement, int expect_ranks) {
   const std::vector<int> node_of_rank = gather_node_indices(topo.world_, topo.node_comm_);
   topo.num_nodes_ = *std::max_element(node_of_rank.begin(), node_of_rank.end()) + 1;
   topo.node_index_ = node_of_rank[static_cast<std::size_t>(topo.world_.rank())];
+  topo.host_of_rank_ = gather_host_names(topo.world_);
   topo.plan_ = plan_roles(node_of_rank, num_ps, placement);
 
   const int me = topo.world_.rank();
@@ -103,12 +122,17 @@ Topology Topology::create(int num_ps, Placement placement, int expect_ranks) {
   return topo;
 }
 
+std::string Topology::rank_place(int world_rank) const {
+  if (num_nodes_ == 1) return str("world rank ", world_rank);
+  return str("world rank ", world_rank, " on ", host_of_rank_[static_cast<std::size_t>(world_rank)]);
+}
+
 std::string Topology::ps_name(int ps) const {
-  return str("PS ", ps, " (world rank ", plan_.ps_ranks[static_cast<std::size_t>(ps)], ")");
+  return str("PS ", ps, " (", rank_place(plan_.ps_ranks[static_cast<std::size_t>(ps)]), ")");
 }
 
 std::string Topology::worker_name(int worker) const {
-  return str("worker ", worker, " (world rank ", plan_.worker_ranks[static_cast<std::size_t>(worker)], ")");
+  return str("worker ", worker, " (", rank_place(plan_.worker_ranks[static_cast<std::size_t>(worker)]), ")");
 }
 
 std::string Topology::describe() const {

@@ -8,14 +8,23 @@ namespace drt::ps {
 ControlChannel::ControlChannel(const ShardWindow& window)
     : window_(window), epoch_(window.control()) {}
 
-void ControlChannel::write(int ps, const std::vector<MPI_Aint>& words, std::int64_t value) {
+void ControlChannel::update(int ps, const std::vector<Update>& updates) {
   comm::Watchdog::beat("writing a PS's control words", window_.target(ps));
-  value_ = value;
+  values_.resize(updates.size());
   const MPI_Win win = window_.control().get();
-  for (MPI_Aint word : words)
-    DRT_MPI_CHECK(MPI_Accumulate(&value_, 1, MPI_INT64_T, window_.target(ps), word, 1, MPI_INT64_T,
-                                 MPI_REPLACE, win));
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    values_[i] = updates[i].value;
+    DRT_MPI_CHECK(MPI_Accumulate(&values_[i], 1, MPI_INT64_T, window_.target(ps), updates[i].word, 1, MPI_INT64_T,
+                                 updates[i].op, win));
+  }
   DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), win));
+}
+
+void ControlChannel::write(int ps, const std::vector<MPI_Aint>& words, std::int64_t value) {
+  std::vector<Update> updates;
+  updates.reserve(words.size());
+  for (MPI_Aint word : words) updates.push_back({word, MPI_REPLACE, value});
+  update(ps, updates);
 }
 
 void ControlChannel::read(int ps, MPI_Aint word, int count, std::int64_t* out) {

@@ -1,6 +1,6 @@
 // ControlChannel (internal): the control window's int64 words (see shard_window.hpp), written
-// with MPI_Accumulate(MPI_REPLACE) and read with MPI_Get_accumulate(MPI_NO_OP), so every access
-// is atomic with respect to the others. It keeps one MPI_Win_lock_all epoch open for its
+// with MPI_Accumulate (MPI_REPLACE to set a word, MPI_SUM to count) and read with
+// MPI_Get_accumulate(MPI_NO_OP), so every access is atomic with respect to the others. It keeps one MPI_Win_lock_all epoch open for its
 // lifetime; every call completes (MPI_Win_flush) before it returns.
 #pragma once
 
@@ -16,16 +16,25 @@ class ControlChannel {
  public:
   explicit ControlChannel(const ShardWindow& window);
 
+  // One change to a word: MPI_REPLACE sets it to `value`, MPI_SUM adds `value`.
+  struct Update {
+    MPI_Aint word;
+    MPI_Op op;
+    std::int64_t value;
+  };
+  // Applies `updates` to PS `ps`'s words, in one flush (the order among them is not defined).
+  void update(int ps, const std::vector<Update>& updates);
   // Sets each of `words` of PS `ps` to `value`.
   void write(int ps, const std::vector<MPI_Aint>& words, std::int64_t value);
-  void write(int ps, MPI_Aint word, std::int64_t value) { write(ps, std::vector<MPI_Aint>{word}, value); }
+  void write(int ps, MPI_Aint word, std::int64_t value) { update(ps, {{word, MPI_REPLACE, value}}); }
+  void add(int ps, MPI_Aint word, std::int64_t value) { update(ps, {{word, MPI_SUM, value}}); }
   // Reads `count` consecutive words starting at `word` of PS `ps` into `out`.
   void read(int ps, MPI_Aint word, int count, std::int64_t* out);
 
  private:
   const ShardWindow& window_;
   comm::PassiveEpoch epoch_;
-  std::int64_t value_ = 0;             // origin of the writes, alive until their flush
+  std::vector<std::int64_t> values_;   // origins of the updates, alive until their flush
   std::vector<std::int64_t> ignored_;  // origin buffer of MPI_NO_OP reads (never read)
 };
 

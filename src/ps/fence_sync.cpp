@@ -9,6 +9,7 @@
 // before F1), so after F1 the PS knows whether the workers pushed or left.
 // MPI_Win_fence cannot time out: a dead peer hangs the job until the launcher notices.
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "control_channel.hpp"
@@ -28,10 +29,16 @@ class FenceSync final : public SyncProtocol {
   FenceSync(const comm::Topology& topo, ShardWindow& window)
       : topo_(topo), window_(window), control_(window) {
     DRT_ASSERT(window.num_data_windows() == 1, "fence needs one data window");
-    fence(MPI_MODE_NOPRECEDE);
   }
 
-  void start() override { fence(kCloseWrites); }
+  void start(const std::function<void()>& upload) override {
+    // The opening fence orders the PS's stores so far (zeroing, restore) before the upload
+    // epoch; the control words get the same from MPI_Win_sync before that fence (a barrier).
+    if (topo_.is_ps()) DRT_MPI_CHECK(MPI_Win_sync(window_.control().get()));
+    fence(MPI_MODE_NOPRECEDE);
+    if (upload) upload();
+    fence(kCloseWrites);
+  }
 
   void await_predecessor(int, int, std::int64_t) override {
     throw Error("--grad-push ordered needs --rma-sync passive");
@@ -40,7 +47,11 @@ class FenceSync final : public SyncProtocol {
   void block_pushed(int, int, std::int64_t) override {}
 
   void complete_push(std::int64_t pushes) override {
-    for (int p = 0; p < window_.num_ps(); ++p) control_.write(p, window_.layout(p).pushed_word(topo_.role_index(), 0), pushes);
+    const int me = topo_.role_index();
+    for (int p = 0; p < window_.num_ps(); ++p) {
+      const ShardLayout& layout = window_.layout(p);
+      control_.update(p, {{layout.arrivals_word(0), MPI_SUM, 1}, {layout.pushed_word(me, 0), MPI_REPLACE, pushes}});
+    }
     fence(kCloseWrites);
   }
 
@@ -65,20 +76,20 @@ class FenceSync final : public SyncProtocol {
   void complete_local(int) override {}
 
   void depart() override {
-    for (int p = 0; p < window_.num_ps(); ++p) control_.write(p, window_.layout(p).departed_word(topo_.role_index()), 1);
+    for (int p = 0; p < window_.num_ps(); ++p) control_.add(p, window_.layout(p).departed_word(), 1);
     fence(kCloseWrites);
   }
 
   bool await_blocks(std::int64_t pushes, const std::vector<bool>&, std::vector<int>& ready) override {
     fence(kCloseWrites);
-    const int me = topo_.role_index(), workers = topo_.num_workers();
-    // One block: pushed[w][0] for every worker, then departed[w], contiguous.
-    std::vector<std::int64_t> words(2 * static_cast<std::size_t>(workers));
-    control_.read(me, window_.layout(me).pushed_word(0, 0), 2 * workers, words.data());
-    const auto pushed = words.begin(), departed = words.begin() + workers;
-    const bool all_left = std::all_of(departed, words.end(), [](std::int64_t d) { return d != 0; });
-    const std::int64_t expected = all_left ? pushes - 1 : pushes;
-    if (std::any_of(pushed, departed, [&](std::int64_t n) { return n != expected; }))
+    const int me = topo_.role_index();
+    const std::int64_t workers = topo_.num_workers();
+    // One block: arrivals[0] then departed, contiguous.
+    std::int64_t words[2] = {0, 0};
+    control_.read(me, window_.layout(me).arrivals_word(0), 2, words);
+    const bool all_left = words[1] == workers;
+    const std::int64_t expected = (all_left ? pushes - 1 : pushes) * workers;
+    if (words[0] != expected || (words[1] != 0 && !all_left))
       throw Error(str(rank_tag(), ": ", topo_.my_name(), " found workers out of step after the push fence of step ",
                       pushes - 1, "; every worker must push every step, and all must leave together"));
     if (all_left) return false;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "drtrain/comm/progress.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/strings.hpp"
 #include "sync_protocol.hpp"
@@ -13,6 +14,10 @@ namespace {
 // Elements per inner apply step: the slot sum, gradients and parameters of one step stay in
 // L1/L2, so summing slots, updating and zeroing cost one pass over memory.
 constexpr std::size_t kApplyBlock = 4096;
+// Bytes of parameters applied between two turns of MPI progress (comm/progress.hpp): about a
+// millisecond of apply, so peers' pushes towards this PS keep flowing on paths that need the
+// target's progress (osc/pt2pt, osc/ucx over TCP, MPICH).
+constexpr std::size_t kProgressEveryBytes = std::size_t{1} << 20;
 }  // namespace
 
 std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool per_worker_slots,
@@ -51,7 +56,7 @@ const ShardLayout& ParameterServer::layout() const { return window_.layout(topo_
 float* ParameterServer::params() { return window_.local(layout().params(0)); }
 
 void ParameterServer::start() {
-  sync_->start();
+  sync_->start({});
   std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
   sync_->publish(all, 1);
@@ -101,6 +106,8 @@ void ParameterServer::apply_block(int block) {
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* params = window_.local(geometry.params(begin));
   float* grads = window_.local(geometry.grad(0, begin));  // the sum, or worker 0's slot
+  const std::size_t progress_before = comm::progress_calls();
+  comm::ProgressPacer pacer(kProgressEveryBytes);
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
     const float* grad = grads + b;
@@ -116,7 +123,9 @@ void ParameterServer::apply_block(int block) {
     }
     optimizer_->update(begin + b, n, params + b, grad, scale);
     if (zero_sum) std::memset(grads + b, 0, n * sizeof(float));
+    pacer.advance(n * sizeof(float));
   }
+  stats_.apply_progress_calls += comm::progress_calls() - progress_before;
 }
 
 std::size_t ParameterServer::memory_bytes() const {

@@ -1,10 +1,17 @@
 #include "drtrain/ps/shard_window.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <optional>
+#include <string>
+
+#include "drtrain/comm/agreement.hpp"
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 
 namespace drt::ps {
 namespace {
@@ -13,12 +20,18 @@ constexpr int kMaxStripes = 8;
 
 std::size_t align64(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-comm::Window allocate_zeroed(std::size_t bytes, const comm::Comm& world) {
-  comm::Window window = comm::Window::allocate(bytes, world);
-  // MPI_Win_allocate does not clear memory. No peer touches it before the first
-  // synchronisation of the protocol (SyncProtocol::start), which orders this memset first.
-  if (bytes > 0) std::memset(window.base(), 0, bytes);
-  return window;
+// The protocols rely on MPI-3's unified memory model: the PS reads gradients and writes
+// parameters with plain loads and stores, ordered against peers' RMA by MPI_Win_sync and
+// control words. In the separate model those stores could sit in a private copy that RMA never
+// sees. Every component drtrain has met (Open MPI sm, rdma, ucx, pt2pt; MPICH ch4) is unified.
+void require_unified(const std::vector<const comm::Window*>& windows, const comm::Comm& world) {
+  std::optional<std::string> problem;
+  for (const comm::Window* w : windows)
+    if (!w->unified())
+      problem = "the MPI library gave drtrain an RMA window in the separate memory model (MPI_WIN_SEPARATE); "
+                "drtrain's exchange needs MPI_WIN_UNIFIED. With Open MPI choose another one-sided component "
+                "(OMPI_MCA_osc=pt2pt on Ethernet, ucx on InfiniBand; see README, 'Running across nodes')";
+  comm::raise_if_any(world, problem);
 }
 
 }  // namespace
@@ -82,8 +95,25 @@ ShardWindow::ShardWindow(const comm::Topology& topo, const ShardPlan& plan, cons
   if (topo.is_ps()) my_ps_ = topo.role_index();
   const int windows = fence ? 1 : 1 + stripes;
   for (int w = 0; w < windows; ++w)
-    data_.push_back(allocate_zeroed(my_ps_ >= 0 ? layout(my_ps_).data_window_bytes(w) : 0, topo.world()));
-  control_ = allocate_zeroed(my_ps_ >= 0 ? 8 * layout(my_ps_).control_words() : 0, topo.world());
+    data_.push_back(comm::Window::allocate(my_ps_ >= 0 ? layout(my_ps_).data_window_bytes(w) : 0, topo.world()));
+  control_ = comm::Window::allocate(my_ps_ >= 0 ? 8 * layout(my_ps_).control_words() : 0, topo.world());
+  std::vector<const comm::Window*> all{&control_};
+  for (const comm::Window& w : data_) all.push_back(&w);
+  require_unified(all, topo.world());
+  if (my_ps_ >= 0) {
+    // Test hook: a PS that clears its memory late must still not lose the chief's upload
+    // (SyncProtocol::start orders the zeroing before any peer's access).
+    if (test_fault("slow-zeroing")) std::this_thread::sleep_for(std::chrono::seconds(1));
+    zero_local_memory();
+  }
+}
+
+void ShardWindow::zero_local_memory() {
+  DRT_ASSERT(my_ps_ >= 0, "only a PS has shard memory");
+  // MPI_Win_allocate does not clear memory.
+  for (comm::Window& w : data_)
+    if (w.bytes() > 0) std::memset(w.base(), 0, w.bytes());
+  if (control_.bytes() > 0) std::memset(control_.base(), 0, control_.bytes());
 }
 
 float* ShardWindow::local(WindowSpot spot) {

@@ -5,15 +5,16 @@
 // (see shard_window.hpp). Call sequences, with versions counted from 1 (the initial
 // parameters) and t = steps done:
 //
-//   PS:      start()  publish(all, 1)
+//   PS:      [zero windows, maybe restore a checkpoint] start({})  publish(all, 1)
 //            { await_blocks(t+1) -> apply those blocks -> publish(them, t+2) }*  ... -> false
-//   worker:  [chief: Put initial params] start()
+//   worker:  start(chief ? Put initial params : {})
 //            { [Accumulate|Put block b] block_pushed(p, b, t+1) ... complete_push(t+1)
 //              await_block(p, b, t+2) [Get block b] ... complete_pull() }*
 //            depart()
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,9 +28,11 @@ class SyncProtocol {
  public:
   virtual ~SyncProtocol() = default;
 
-  // Both roles: after the chief has issued the Puts of the initial parameters (if any), make
-  // them complete at the PS before anyone proceeds.
-  virtual void start() = 0;
+  // Both roles, collective. Orders the PS's local stores so far (zeroing the windows, restoring
+  // a checkpoint) before any peer's access, then runs `upload` (the chief: MPI_Puts of the
+  // initial parameters; empty elsewhere) and makes those Puts complete at the PS before
+  // anyone proceeds.
+  virtual void start(const std::function<void()>& upload) = 0;
 
   // Worker (--grad-push ordered): block until the previous worker has announced block `block`
   // of PS `ps` for push number `pushes`.

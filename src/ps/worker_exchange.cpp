@@ -1,6 +1,7 @@
 #include "drtrain/ps/worker_exchange.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "drtrain/comm/mpi_check.hpp"
@@ -60,13 +61,16 @@ void WorkerExchange::check_open(const char* what) const {
 }
 
 void WorkerExchange::start(const float* initial_params) {
+  std::function<void()> upload;
   if (topo_.is_chief() && initial_params)
-    for (const Chunk& c : chunks(0, plan_.total())) {
-      const WindowSpot spot = window_.layout(c.ps).params(c.shard_element);
-      DRT_MPI_CHECK(MPI_Put(initial_params + c.at, c.count, MPI_FLOAT, window_.target(c.ps), spot.disp, c.count,
-                            MPI_FLOAT, window_.data(spot.window)));
-    }
-  sync_->start();
+    upload = [&] {
+      for (const Chunk& c : chunks(0, plan_.total())) {
+        const WindowSpot spot = window_.layout(c.ps).params(c.shard_element);
+        DRT_MPI_CHECK(MPI_Put(initial_params + c.at, c.count, MPI_FLOAT, window_.target(c.ps), spot.disp, c.count,
+                              MPI_FLOAT, window_.data(spot.window)));
+      }
+    };
+  sync_->start(upload);
 }
 
 PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size_t count) {

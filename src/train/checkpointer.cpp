@@ -96,8 +96,8 @@ ResumePoint prepare_resume(const Job& job) {
   std::vector<char> name(4096, '\0');
   if (topo.is_ps() && topo.role_index() == 0) std::strncpy(name.data(), r.file.c_str(), name.size() - 1);
   const int ps0 = topo.ps_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(start, 4, MPI_INT64_T, ps0, MPI_COMM_WORLD));
-  DRT_MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, ps0, MPI_COMM_WORLD));
+  DRT_MPI_CHECK(MPI_Bcast(start, 4, MPI_INT64_T, ps0, topo.world().get()));
+  DRT_MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, ps0, topo.world().get()));
   r.file = name.data();
   r.step = start[0];
   if (r.file.empty()) return r;
@@ -125,16 +125,7 @@ void load_into(ResumePoint& resume, ps::ParameterServer& server) {
 }
 
 Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const std::string& resumed_from)
-    : job_(job), server_(server), resumed_from_(resumed_from), last_time_(now_seconds()) {
-  if (job_.config.checkpoint_dir.empty()) return;
-  std::optional<std::string> error;
-  try {
-    if (job_.topo.role_index() == 0) io::prepare_checkpoint_dir(job_.config.checkpoint_dir);
-  } catch (const ConfigError& e) {
-    error = e.what();
-  }
-  comm::raise_if_any(job_.topo.role_comm(), error);
-}
+    : job_(job), server_(server), resumed_from_(resumed_from), last_time_(now_seconds()) {}
 
 void Checkpointer::after_step(std::int64_t step) {
   const TrainConfig& c = job_.config;

@@ -1,11 +1,13 @@
 // Checkpointing on the PS side (internal): the state lives on the PS, so only they write and
 // read checkpoints; workers learn from PS 0 where a resumed run starts.
-//   prepare_resume()  collective over MPI_COMM_WORLD, before any window exists: the PS choose
+//   prepare_resume()  collective over topo.world(), before any window exists: the PS choose
 //                     the checkpoint (--resume: the newest valid one; corrupt files are skipped
 //                     with a warning), check that it fits, read their parts into staging
 //                     buffers; every rank learns the start step, or the same ConfigError.
 //   Checkpointer      PS only: saves at --checkpoint-every steps / --checkpoint-secs seconds
 //                     (PS 0 decides, the others follow) and at the end; atomic; retention.
+//                     The directory was made and checked at start-up, on every PS, with the
+//                     verdict shared by every rank (check_outputs() in trainer.cpp).
 #pragma once
 
 #include <cstdint>

@@ -80,6 +80,9 @@ DevicePlan plan_devices(const TrainConfig& c, const comm::Topology& topo) {
   int is_worker = topo.is_worker() ? 1 : 0, local_worker = 0;
   DRT_MPI_CHECK(MPI_Exscan(&is_worker, &local_worker, 1, MPI_INT, MPI_SUM, topo.node_comm().get()));
   if (topo.node_comm().rank() == 0) local_worker = 0;  // MPI_Exscan leaves rank 0's result undefined
+  if (topo.is_worker())
+    log_debug(topo.my_name(), ": node-local worker ", local_worker, " of node ", topo.node_index(), " (picks GPUs ",
+              local_worker * c.towers, "..", (local_worker + 1) * c.towers - 1, " of those it sees)");
 
   DevicePlan plan;
   plan.allow_tf32 = c.cuda_tf32;

@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "drtrain/comm/mpi_check.hpp"
@@ -51,7 +53,15 @@ std::vector<double> clock_offsets(const comm::Comm& world) {
 
 }  // namespace
 
-void Timeline::write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us) const {
+void Timeline::check_output(const std::string& path) {
+  // Append mode: an existing file is left as it is until write() replaces it.
+  std::FILE* out = std::fopen(path.c_str(), "a");
+  if (!out) throw ConfigError(str("--timeline ", path, ": cannot open for writing: ", std::strerror(errno)));
+  std::fclose(out);
+}
+
+void Timeline::write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
+                     std::size_t piece_bytes) const {
   const comm::Comm& world = topo.world();
   const std::vector<double> offsets = clock_offsets(world);
   // This rank's part: its track name, then one span per line.
@@ -59,17 +69,9 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   part.precision(17);
   part << topo.my_name() << "\n";
   for (const Span& s : spans_) part << s.name << "\t" << s.start << "\t" << s.end << "\t" << s.step << "\n";
-  const std::string text = part.str();
-  int length = static_cast<int>(text.size());
-  std::vector<int> lengths(static_cast<std::size_t>(world.size()));
-  comm::gather(world, &length, sizeof length, lengths.data(), 0, timeout_s, max_nap_us, "the timeline's sizes");
-  std::vector<int> displs(lengths.size(), 0);
-  for (std::size_t r = 1; r < lengths.size(); ++r) displs[r] = displs[r - 1] + lengths[r - 1];
-  std::string all(world.rank() == 0 ? static_cast<std::size_t>(displs.back() + lengths.back()) : 0, '\0');
-  MPI_Request request = MPI_REQUEST_NULL;
-  DRT_MPI_CHECK(MPI_Igatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR, 0,
-                             world.get(), &request));
-  comm::wait_request(request, timeout_s, max_nap_us, [] { return std::string("the timeline's spans"); });
+  // Every rank's text to rank 0, whatever its size (the total may pass 2^31 bytes on long runs).
+  const std::vector<std::string> parts =
+      comm::gather_bytes(world, part.str(), 0, timeout_s, max_nap_us, "the timeline's spans", piece_bytes);
   if (world.rank() != 0) return;
 
   struct Event {
@@ -82,12 +84,19 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   std::vector<std::string> tracks;
   double origin = 1e300;
   for (int r = 0; r < world.size(); ++r) {
-    std::istringstream in(all.substr(static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
-                                     static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+    const std::string& text = parts[static_cast<std::size_t>(r)];
+    std::size_t at = 0;
+    const auto next_line = [&](std::string& line) {
+      if (at >= text.size()) return false;
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      line.assign(text, at, end - at);
+      at = end + 1;
+      return true;
+    };
     std::string line;
-    std::getline(in, line);
-    tracks.push_back(line);
-    while (std::getline(in, line)) {
+    next_line(line);
+    tracks.push_back(line);  // the first line names the track
+    while (next_line(line)) {
       std::istringstream f(line);
       Event e{"", 0, 0, -1, r};
       std::getline(f, e.name, '\t');

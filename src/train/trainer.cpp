@@ -19,6 +19,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
+#include "drtrain/io/checkpoint_store.hpp"
 #include "drtrain/ps/server.hpp"
 #include "checkpointer.hpp"
 #include "job.hpp"
@@ -72,7 +73,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d
   job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
   int counts[2] = {d.train ? d.train->count : 0, d.test ? d.test->count : 0};
   const int chief = topo.worker_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(counts, 2, MPI_INT, chief, MPI_COMM_WORLD));
+  DRT_MPI_CHECK(MPI_Bcast(counts, 2, MPI_INT, chief, topo.world().get()));
   job.train_count = counts[0];
   job.test_count = counts[1];
   // Validates the batch against workers x towers on every rank (ConfigError alike everywhere).
@@ -85,6 +86,23 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d
   job.blas_threads = choose_blas_threads(c, topo);
   job.devices = plan_devices(c, topo);
   return job;
+}
+
+// What the PS side will write, checked on the ranks that write it before any window exists:
+// every PS makes --checkpoint-dir (when missing) and checks that it is a writable directory;
+// world rank 0, which writes the --timeline trace, that it can open the file. A problem on any
+// rank becomes the same ConfigError on every rank, so the job ends at once with one message
+// instead of a PS-only error that would leave the workers waiting for the hang timeout.
+void check_outputs(const Job& job) {
+  const TrainConfig& c = job.config;
+  std::optional<std::string> error;
+  try {
+    if (job.topo.is_ps() && !c.checkpoint_dir.empty()) io::prepare_checkpoint_dir(c.checkpoint_dir);
+    if (job.topo.world().rank() == 0 && !c.timeline.empty()) Timeline::check_output(c.timeline);
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  comm::raise_if_any(job.topo.world(), error);
 }
 
 void print_setup(const Job& job, Reporter& out) {
@@ -182,6 +200,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     error = e.what();
   }
   comm::raise_if_any(topo.world(), error);
+  check_outputs(job);
   ResumePoint resume = prepare_resume(job);
   backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
   print_setup(job, *reporter);

@@ -38,6 +38,7 @@ struct Case {
   bool buckets = false;  // push/pull in uneven buckets, last bucket first
   optim::OptimizerConfig optimizer;
   int steps = 4;
+  std::size_t chunk_bytes = 4096;  // many chunks even for small sizes
 
   std::string name() const {
     return str(to_string(sync), "+", to_string(push), " n=", size, integer_grads ? " int" : "",
@@ -56,18 +57,21 @@ float gradient(const Case& c, int workers, int step, int worker, std::size_t i) 
   return uniform(2 + std::uint64_t(step), std::uint64_t(worker), i);
 }
 
+ServerStats g_last_server_stats;  // PS: the stats of the last run_exchange
+
 // Runs the case on this rank. Workers return their parameters after the last step.
 std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
   ExchangeConfig config;
   config.sync = c.sync;
   config.push = c.push;
-  config.chunk_bytes = 4096;  // many chunks even for small sizes
+  config.chunk_bytes = c.chunk_bytes;
   config.hang_timeout_s = 60;
   const ShardPlan plan = ShardPlan::balanced(c.size, topo.num_ps());
   if (topo.is_ps()) {
     ParameterServer server(topo, plan, config, c.optimizer);
     server.start();
     EXPECT_EQ(server.serve(), c.steps);
+    g_last_server_stats = server.stats();
     return {};
   }
   WorkerExchange exchange(topo, plan, config);
@@ -266,6 +270,32 @@ TEST_F(Exchange, BucketsEqualWholeBuffer) {
     const std::vector<float> bucketed = run_exchange(*topo_, c);
     const bool same = topo_->is_ps() || whole == bucketed;
     ASSERT_TRUE(testing::all_ranks(same, c.name() + ": bucketed push/pull differs")) << c.name();
+  }
+}
+
+// A PS applying a large block gives MPI a turn of progress about every MiB (comm/progress.hpp):
+// on RMA paths that need the target's progress (osc/pt2pt, osc/ucx over TCP, MPICH) the
+// workers' pushes towards it would otherwise stall for the whole apply.
+TEST_F(Exchange, ApplyLetsMpiProgress) {
+  for (const Mode& mode : {kAllModes[0], kAllModes[3]}) {
+    Case c;
+    c.sync = mode.sync;
+    c.push = mode.push;
+    c.size = std::size_t{3} << 20;           // 12 MiB of parameters
+    c.chunk_bytes = std::size_t{16} << 20;   // one block per PS
+    c.optimizer = momentum_sgd();
+    c.steps = 2;
+    run_exchange(*topo_, c);
+    std::string detail;
+    if (topo_->is_ps()) {
+      const ShardPlan plan = ShardPlan::balanced(c.size, topo_->num_ps());
+      const std::size_t mib = plan.shard(topo_->role_index()).size() * sizeof(float) >> 20;
+      const std::size_t want = static_cast<std::size_t>(c.steps) * (mib > 0 ? mib - 1 : 0);
+      if (g_last_server_stats.apply_progress_calls < want)
+        detail = str(c.name(), ": ", g_last_server_stats.apply_progress_calls, " progress turns in ", c.steps,
+                     " applies of ", mib, " MiB, expected at least ", want);
+    }
+    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
   }
 }
 

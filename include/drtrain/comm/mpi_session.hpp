@@ -17,11 +17,17 @@ class MpiSession {
 
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
+  // The status the process exits with if MPI_Finalize hangs (see the destructor).
+  void set_exit_status(int status) { exit_status_ = status; }
+
+  // How long MPI_Finalize may take before the process leaves without it.
+  static constexpr int kFinalizeGraceSeconds = 10;
 
  private:
   bool initialised_here_ = false;
   int world_rank_ = 0;
   int world_size_ = 1;
+  int exit_status_ = 0;
 };
 
 // Runs `body` inside an MpiSession and turns what escapes it into an exit:

@@ -6,8 +6,10 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "drtrain/comm/comm.hpp"
 
@@ -43,5 +45,20 @@ void allreduce_in_place(const Comm& comm, void* data, int count, MPI_Datatype ty
                         int max_nap_us, const std::string& what);
 void gather(const Comm& comm, const void* send, int bytes_per_rank, void* receive, int root, double timeout_s,
             int max_nap_us, const std::string& what);
+
+// The largest piece gather_bytes() sends in one message by default. MPI counts are int, so one
+// message carries at most 2^31 - 1 bytes; 1 GiB pieces stay well inside that.
+constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
+
+// Gathers every rank's `send` bytes, of any length (the total may exceed 2^31 bytes), to `root`.
+// Returns, on the root, each rank's bytes in rank order; elsewhere an empty vector. The lengths
+// travel as int64 (gather() above), the bytes as point-to-point messages of at most `piece_bytes`
+// (1 .. 2^31 - 1) each, on tag kGatherBytesTag of `comm`. The waits nap; after timeout_s without
+// progress a HangError names `what` and the ranks (of `comm`) whose bytes are missing, and the
+// root first withdraws the receives it still has posted.
+constexpr int kGatherBytesTag = 7302;
+std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int root, double timeout_s,
+                                      int max_nap_us, const std::string& what,
+                                      std::size_t piece_bytes = kMaxPieceBytes);
 
 }  // namespace drt::comm

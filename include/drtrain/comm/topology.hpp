@@ -57,7 +57,9 @@ class Topology {
   const Comm& role_comm() const { return role_comm_; }  // the PS comm or the worker comm
   const Comm& node_comm() const { return node_comm_; }  // ranks sharing this node's memory
 
-  // "PS 1 (world rank 1)", "worker 0 (world rank 2)": how messages name ranks.
+  // "PS 1 (world rank 1)", "worker 0 (world rank 2)": how messages name ranks; on more than one
+  // node with the host: "worker 1 (world rank 3 on node2)".
+  std::string rank_place(int world_rank) const;
   std::string ps_name(int ps) const;
   std::string worker_name(int worker) const;
   std::string my_name() const { return is_ps() ? ps_name(role_index_) : worker_name(role_index_); }
@@ -72,6 +74,7 @@ class Topology {
   Comm node_comm_;
   Comm role_comm_;
   RolePlan plan_;
+  std::vector<std::string> host_of_rank_;
   Role role_ = Role::kWorker;
   int role_index_ = -1;
   int num_nodes_ = 1;

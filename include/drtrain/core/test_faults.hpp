@@ -2,6 +2,7 @@
 // it is the one requested. Faults in use:
 //   checkpoint-write:<step>   PS 0 kills itself (SIGKILL) in the middle of that checkpoint
 //   stop:<world rank>:<step>  that rank stops itself (SIGSTOP) before that training step
+//   slow-zeroing              every PS sleeps 1 s before clearing its new windows
 // Unset in normal runs; nothing else reads it.
 #pragma once
 

@@ -26,6 +26,7 @@ struct ServerStats {
   double wait_s = 0.0;     // waiting for pushes (includes the workers' compute time)
   double apply_s = 0.0;    // optimizer, slot sums and zeroing
   double publish_s = 0.0;  // publishing versions (fence: includes the workers' pulls)
+  std::size_t apply_progress_calls = 0;  // MPI progress turns taken inside applies (comm/progress.hpp)
 };
 
 class ParameterServer {

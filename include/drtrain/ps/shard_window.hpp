@@ -13,7 +13,16 @@
 //            K gradient windows block b's sum lives in window b % K ("stripes", K = min(W, 8));
 //                               deterministic mode: K = 1 window with W slots of S floats
 //   fence:   one data window    params, then the sum (or the W slots)
-//   control window (both):      version[B] | pushed[W][B] | departed[W]   (int64 words)
+//   control window (both):      version[B] | arrivals[B] | departed | pushed[W][B]   (int64)
+// version[b]: the newest published version of block b (the PS writes it, MPI_REPLACE).
+// arrivals[b]: how many pushes of block b have completed, summed over workers and steps
+//   (each worker adds 1 with MPI_Accumulate(MPI_SUM) after flushing its gradient): all W pushes
+//   of step t are in when arrivals[b] >= (t+1) W. The PS polls arrivals and departed only,
+//   B+1 contiguous words, whatever W.
+// departed: how many workers have left (MPI_SUM).
+// pushed[w][b]: the last step worker w announced for block b (MPI_REPLACE, in the same flush as
+//   its arrival): read only to name the culprit when a wait times out.
+// All displacements are MPI_Aint (64-bit): B and W are ints, but W*B*8 bytes need not fit one.
 // Why stripes and a separate control window: Open MPI's osc/sm runs every accumulate-family
 // operation to one target of one window under one spin lock. W workers accumulating into one
 // window would take turns (and spin while waiting); a PS polling its words in the data window
@@ -57,13 +66,20 @@ class ShardLayout {
   WindowSpot grad(int worker, std::size_t element) const;
   std::size_t data_window_bytes(int window) const;
 
-  // Control words (byte displacements in the control window).
-  MPI_Aint version_word(int block) const { return 8 * block; }
-  MPI_Aint pushed_word(int worker, int block) const { return 8 * (num_blocks_ + worker * num_blocks_ + block); }
-  MPI_Aint departed_word(int worker) const { return 8 * (num_blocks_ * (1 + num_workers_) + worker); }
-  std::size_t control_words() const { return static_cast<std::size_t>(num_blocks_) * (1 + num_workers_) + num_workers_; }
+  // Control words (byte displacements in the control window; see above).
+  MPI_Aint version_word(int block) const { return word(block); }
+  MPI_Aint arrivals_word(int block) const { return word(static_cast<MPI_Aint>(num_blocks_) + block); }
+  MPI_Aint departed_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_)); }
+  MPI_Aint pushed_word(int worker, int block) const {
+    return word(2 * static_cast<MPI_Aint>(num_blocks_) + 1 + static_cast<MPI_Aint>(worker) * num_blocks_ + block);
+  }
+  std::size_t control_words() const {
+    return static_cast<std::size_t>(num_blocks_) * (2 + static_cast<std::size_t>(num_workers_)) + 1;
+  }
 
  private:
+  static MPI_Aint word(MPI_Aint index) { return 8 * index; }
+
   std::size_t shard_size_, block_elems_;
   int num_workers_, stripes_, num_blocks_;
   bool slots_, single_;
@@ -84,6 +100,9 @@ class ShardWindow {
 
   // PS only: pointers into this PS's own memory.
   float* local(WindowSpot spot);
+  // PS only: sets every byte of this PS's windows to zero (local stores; the sync protocol
+  // orders them before any peer's access, see SyncProtocol::start).
+  void zero_local_memory();
 
  private:
   std::vector<ShardLayout> layouts_;

@@ -6,7 +6,8 @@
 // offset is the peer's clock minus the midpoint of rank 0's send and receive times, from the
 // round trip with the smallest delay, of 8), gathers the spans and writes the merged trace on
 // its own clock. On one node the offsets are ~0 (one CLOCK_MONOTONIC); across nodes they remove
-// the clocks' difference up to about half a round trip.
+// the clocks' difference up to about half a round trip. The spans' text may pass 2^31 bytes in
+// all on a long run: it travels with 64-bit lengths, in pieces, never as one MPI count.
 // Disabled (no --timeline), span() returns at once and nothing is stored.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/topology.hpp"
 
 namespace drt::train {
@@ -28,8 +30,15 @@ class Timeline {
   }
   std::size_t size() const { return spans_.size(); }
 
-  // Collective over MPI_COMM_WORLD; rank 0 writes `path` (JSON). Track names: topo.my_name().
-  void write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us) const;
+  // World rank 0's check at start-up, before any window exists, that it will be able to write
+  // `path` (creates it, empty, when missing): ConfigError otherwise. Not collective.
+  static void check_output(const std::string& path);
+
+  // Collective over topo.world(); its rank 0 writes `path` (JSON). Track names: topo.my_name().
+  // The spans travel as text of any total size (comm::gather_bytes, in messages of at most
+  // `piece_bytes`; tests pass small pieces); every wait gives up after timeout_s (HangError).
+  void write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
+             std::size_t piece_bytes = comm::kMaxPieceBytes) const;
 
  private:
   struct Span {
