@@ -7,7 +7,7 @@
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/strings.hpp"
-#include "sync_protocol.hpp"
+#include "protocol.hpp"
 
 namespace drt::ps {
 namespace {
@@ -45,7 +45,7 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       range_(plan.shard(topo.role_index())),
       first_step_(first_step),
       window_(topo, plan, config),
-      sync_(make_sync_protocol(topo, window_, config)),
+      protocol_(make_server_protocol(topo, window_, config)),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
       slot_sum_(config.per_worker_slots() && topo.num_workers() > 1 ? kApplyBlock : 0) {}
 
@@ -56,10 +56,10 @@ const ShardLayout& ParameterServer::layout() const { return window_.layout(topo_
 float* ParameterServer::params() { return window_.local(layout().params(0)); }
 
 void ParameterServer::start() {
-  sync_->start({});
+  protocol_->start();
   std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
-  sync_->publish(all, 1);
+  protocol_->publish(all, 1);
 }
 
 std::int64_t ParameterServer::serve(const StepHook& after_step) {
@@ -73,7 +73,7 @@ std::int64_t ParameterServer::serve(const StepHook& after_step) {
     for (int remaining = blocks; remaining > 0;) {
       ready.clear();
       const double t0 = now_seconds();
-      if (!sync_->await_blocks(pushes, applied, ready)) return stats_.steps;
+      if (!protocol_->await_blocks(pushes, applied, ready)) return stats_.steps;
       const double t1 = now_seconds();
       for (int b : ready) {
         apply_block(b);
@@ -81,7 +81,7 @@ std::int64_t ParameterServer::serve(const StepHook& after_step) {
       }
       remaining -= static_cast<int>(ready.size());
       const double t2 = now_seconds();
-      sync_->publish(ready, pushes + 1);
+      protocol_->publish(ready, pushes + 1);
       const double t3 = now_seconds();
       stats_.wait_s += t1 - t0;
       stats_.apply_s += t2 - t1;

@@ -19,7 +19,7 @@
 
 namespace drt::ps {
 
-class SyncProtocol;
+class ServerProtocol;
 
 struct ServerStats {
   std::int64_t steps = 0;
@@ -71,7 +71,7 @@ class ParameterServer {
   ShardRange range_;
   std::int64_t first_step_;
   ShardWindow window_;
-  std::unique_ptr<SyncProtocol> sync_;
+  std::unique_ptr<ServerProtocol> protocol_;  // the --rma-sync mode's synchronisation
   std::unique_ptr<optim::Optimizer> optimizer_;
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
   ServerStats stats_;

@@ -21,7 +21,8 @@
 
 namespace drt::ps {
 
-class SyncProtocol;
+class WorkerProtocol;
+struct Chunk;
 class WorkerExchange;
 
 // Seconds spent, summed since the last take_times().
@@ -87,21 +88,15 @@ class WorkerExchange {
  private:
   friend class PushHandle;
   friend class PullHandle;
-  // One RMA operation: `count` elements from flat index offset + at, inside one block.
-  struct Chunk {
-    int ps;
-    int block;
-    std::size_t shard_element;  // first element, relative to the PS's shard
-    std::size_t at;             // first element, relative to the caller's buffer
-    int count;
-  };
+  // The RMA operations for [offset, offset + count): at most one chunk of --rma-chunk-kib each,
+  // never across a block.
   std::vector<Chunk> chunks(std::size_t offset, std::size_t count) const;
-  void announce(int ps, int block);
-  void await_predecessor(int ps, int block);
+  // The order pushes go out in: round-robin over the PS (the others' data is on the wire while
+  // one flush waits), each worker starting one chunk further on (accumulates of different workers
+  // land in different stripes); marks each block's last chunk.
+  void order_push(std::vector<Chunk>& chunks);
   void complete_local(const std::vector<int>& targets);
-  void await_block(int ps, int block, std::int64_t version);
   void complete_pull();
-  void close_pull_epoch();
   void check_open(const char* what) const;
 
   const comm::Topology& topo_;
@@ -109,14 +104,10 @@ class WorkerExchange {
   ExchangeConfig config_;
   std::size_t chunk_elems_;
   ShardWindow window_;
-  std::unique_ptr<SyncProtocol> sync_;
+  std::unique_ptr<WorkerProtocol> protocol_;  // the --rma-sync mode's data movement and synchronisation
   std::int64_t pushes_ = 0;          // steps whose push this worker has finished
   std::size_t pushed_elements_ = 0;  // in the step being pushed
   std::vector<std::vector<std::size_t>> block_filled_;  // per PS, per block: elements pushed
-  std::vector<std::vector<bool>> block_announced_;      // per PS, per block: announced this step
-  std::vector<std::vector<bool>> predecessor_done_;     // ordered push: worker w-1 announced it
-  bool pull_open_ = false;                // Gets issued and not yet completed
-  std::int64_t pull_closed_version_ = 0;  // fence: version whose pull epoch has closed
   bool finished_ = false;
   ExchangeTimes times_;
 };

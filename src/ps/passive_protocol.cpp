@@ -1,0 +1,339 @@
+// --rma-sync passive: one MPI_Win_lock_all epoch on every window for the whole run, per-block
+// arrival counters and version words in the control window (shard_window.hpp).
+//
+// Ordering for block b of PS p in step t (W workers), and the MPI-3.1 rule each arrow uses:
+//   worker  Accumulate|Put block b -> Win_flush(p)        flush: the operations are complete at
+//                                                         the target (11.5.4)
+//           arrivals[b] += 1, pushed[w][b] = t+1, flushed  ... and only then announced
+//   PS      poll arrivals[] until arrivals[b] >= (t+1) W   the counter is read with an atomic
+//                                                         MPI_Get_accumulate(NO_OP)
+//           -> Win_sync                                   unified model: the completed remote
+//                                                         updates are visible to local loads
+//           apply block b, zero its sum -> Win_sync        local stores visible to later RMA
+//           version[b] = t+2 (flushed)
+//   worker  poll version[b] >= t+2 -> Get block b -> Win_flush_all when the pull is waited on
+// A worker pushes block b of step t+1 only after its Get of version t+2 completed, which was
+// after the PS zeroed the sum (push() checks the version first, so even a caller that skipped
+// the pull cannot corrupt the sum); the PS writes block b's parameters again only after every
+// worker announced block b of step t+1, i.e. after each worker's Gets of step t completed.
+// Nothing here depends on shared memory: every remote access is an RMA call, every ordering a
+// flush, a Win_sync or an atomic control word.
+//
+// Pipelining: a worker announces a block only after a flush (a round trip to the PS), so it
+// keeps up to kInFlight completed blocks per PS before it flushes and announces them together,
+// and visits the PS round-robin (WorkerExchange orders the chunks), so that the other PS' data
+// is on the wire while it waits for one. The ordered push announces each block at once (the
+// next worker waits for it).
+// Waiting ranks nap between polls and give MPI a turn of progress each time (comm/poll.hpp,
+// comm/progress.hpp); every wait gives up after --hang-timeout with a message naming the culprit.
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "control_channel.hpp"
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/poll.hpp"
+#include "drtrain/comm/watchdog.hpp"
+#include "drtrain/core/clock.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+#include "protocol.hpp"
+
+namespace drt::ps {
+namespace {
+
+constexpr std::size_t kInFlight = 2;  // completed, unannounced blocks per PS before a flush
+
+// What both roles share: the epochs, the control channel, the start sequence, diagnoses.
+class PassiveBase {
+ protected:
+  PassiveBase(const comm::Topology& topo, ShardWindow& window, const ExchangeConfig& config)
+      : topo_(topo), window_(window), config_(config), control_(window) {
+    for (int w = 0; w < window.num_data_windows(); ++w)
+      data_epochs_.push_back(std::make_unique<comm::PassiveEpoch>(window.data_window(w)));
+  }
+
+  // PS stores (zeroing, restore) -> Win_sync -> barrier -> the chief's Puts -> flush -> barrier:
+  // the barrier, not MPI_Win_allocate (which need not synchronise), orders the upload after the
+  // zeroing.
+  void start_sequence(const std::function<void()>& upload) {
+    if (topo_.is_ps()) {
+      sync_local_memory();
+      DRT_MPI_CHECK(MPI_Win_sync(window_.control().get()));
+    }
+    comm::sleepy_barrier(topo_.world(), config_.hang_timeout_s, config_.max_nap_us, "every PS to prepare its windows");
+    if (upload) {
+      upload();
+      DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0)));
+    }
+    comm::sleepy_barrier(topo_.world(), config_.hang_timeout_s, config_.max_nap_us,
+                         "the initial parameters to reach every PS");
+    if (topo_.is_ps()) sync_local_memory();
+  }
+
+  // Orders this PS's loads and stores of window memory against the peers' RMA (unified model).
+  void sync_local_memory() {
+    for (int w = 0; w < window_.num_data_windows(); ++w) DRT_MPI_CHECK(MPI_Win_sync(window_.data(w)));
+  }
+
+  // The workers whose last announced push of block `block` of PS `ps` is below (sign < 0) or
+  // above (sign > 0) `pushes`, from the per-worker words that only diagnoses read.
+  std::vector<std::string> workers_where(int ps, int block, std::int64_t pushes, int sign) {
+    std::vector<std::string> names;
+    for (int w = 0; w < topo_.num_workers(); ++w) {
+      std::int64_t pushed = 0;
+      control_.read(ps, window_.layout(ps).pushed_word(w, block), 1, &pushed);
+      if (sign < 0 ? pushed < pushes : pushed > pushes) names.push_back(topo_.worker_name(w));
+    }
+    return names;
+  }
+
+  const comm::Topology& topo_;
+  ShardWindow& window_;
+  ExchangeConfig config_;
+  ControlChannel control_;
+  std::vector<std::unique_ptr<comm::PassiveEpoch>> data_epochs_;
+};
+
+class PassiveWorker final : public WorkerProtocol, PassiveBase {
+ public:
+  PassiveWorker(const comm::Topology& topo, ShardWindow& window, const ExchangeConfig& config)
+      : PassiveBase(topo, window, config),
+        in_flight_(config.grad_push() == GradPush::kOrdered ? 1 : kInFlight),
+        pending_(static_cast<std::size_t>(window.num_ps())) {
+    for (int p = 0; p < window.num_ps(); ++p) {
+      const auto blocks = static_cast<std::size_t>(window.layout(p).num_blocks());
+      versions_.emplace_back(blocks, 0);
+      announced_.emplace_back(blocks, false);
+      predecessor_done_.emplace_back(blocks, false);
+    }
+  }
+
+  void start(const float* initial, const std::vector<Chunk>& all) override {
+    std::function<void()> upload;
+    if (initial) upload = [&] { issue_upload(window_, initial, all); };
+    start_sequence(upload);
+  }
+
+  void push(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) override {
+    complete_pull();
+    const int me = topo_.role_index();
+    const bool ordered = config_.grad_push() == GradPush::kOrdered;
+    for (const Chunk& c : chunks) {
+      await_block(c.ps, c.block, pushes);  // the sum was zeroed (a cache hit after a normal pull)
+      if (ordered && me > 0) await_predecessor(c.ps, c.block, pushes);
+      issue_gradient(window_, config_, me, grad, c);
+      if (!c.completes_block) continue;
+      std::vector<int>& pending = pending_[static_cast<std::size_t>(c.ps)];
+      pending.push_back(c.block);
+      if (pending.size() >= in_flight_) announce(c.ps, pushes);
+    }
+  }
+
+  void complete_local(const std::vector<int>& targets) override {
+    for (int ps : targets)
+      for (int w = 0; w < window_.num_data_windows(); ++w)
+        DRT_MPI_CHECK(MPI_Win_flush_local(window_.target(ps), window_.data(w)));
+  }
+
+  void finish_push(std::int64_t pushes) override {
+    for (int p = 0; p < window_.num_ps(); ++p) {
+      const std::vector<bool>& announced = announced_[static_cast<std::size_t>(p)];
+      std::vector<int>& pending = pending_[static_cast<std::size_t>(p)];
+      for (int b = 0; b < window_.layout(p).num_blocks(); ++b)  // empty blocks are announced here
+        if (!announced[static_cast<std::size_t>(b)] && std::find(pending.begin(), pending.end(), b) == pending.end())
+          pending.push_back(b);
+      announce(p, pushes);
+    }
+    for (auto& a : announced_) std::fill(a.begin(), a.end(), false);
+    for (auto& d : predecessor_done_) std::fill(d.begin(), d.end(), false);
+  }
+
+  // Gets blocks in the order the PS publish them: while one block is still being applied, the
+  // others are already on their way. Every block left is checked against known versions; when
+  // none is ready, each PS's versions are read once, and only then does the worker wait (for the
+  // first block left, which times out with a message naming the PS).
+  void pull(float* params, std::vector<Chunk> left, std::int64_t version) override {
+    const auto ready = [&](const Chunk& c) { return known_version(c.ps, c.block) >= version; };
+    while (!left.empty()) {
+      auto split = std::stable_partition(left.begin(), left.end(), ready);
+      if (split == left.begin()) {
+        std::vector<bool> refreshed(static_cast<std::size_t>(window_.num_ps()), false);
+        for (const Chunk& c : left)
+          if (!refreshed[static_cast<std::size_t>(c.ps)]) {
+            refreshed[static_cast<std::size_t>(c.ps)] = true;
+            refresh_versions(c.ps);
+          }
+        split = std::stable_partition(left.begin(), left.end(), ready);
+        if (split == left.begin()) {
+          await_block(left.front().ps, left.front().block, version);
+          continue;
+        }
+      }
+      issue_gets(window_, params, left.begin(), split);
+      pull_open_ = true;
+      left.erase(left.begin(), split);
+    }
+  }
+
+  void complete_pull() override {
+    if (!pull_open_) return;
+    comm::Watchdog::beat("completing the Gets of parameters", window_.num_ps() == 1 ? window_.target(0) : -1);
+    DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0)));
+    pull_open_ = false;
+  }
+
+  void depart() override {
+    complete_pull();
+    for (int p = 0; p < window_.num_ps(); ++p) control_.add(p, window_.layout(p).departed_word(), 1);
+  }
+
+ private:
+  // Flushes the pending blocks' data to PS `ps`, then announces them in one control flush.
+  void announce(int ps, std::int64_t pushes) {
+    std::vector<int>& pending = pending_[static_cast<std::size_t>(ps)];
+    if (pending.empty()) return;
+    const ShardLayout& layout = window_.layout(ps);
+    const int me = topo_.role_index();
+    std::vector<bool> flushed(static_cast<std::size_t>(window_.num_data_windows()), false);
+    std::vector<ControlChannel::Update> updates;
+    for (int b : pending) {
+      const int w = layout.grad(me, layout.block_begin(b)).window;
+      if (!flushed[static_cast<std::size_t>(w)]) {
+        DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), window_.data(w)));
+        flushed[static_cast<std::size_t>(w)] = true;
+      }
+      updates.push_back({layout.arrivals_word(b), MPI_SUM, 1});
+      updates.push_back({layout.pushed_word(me, b), MPI_REPLACE, pushes});
+      announced_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(b)] = true;
+    }
+    control_.update(ps, updates);
+    pending.clear();
+  }
+
+  std::int64_t known_version(int ps, int block) const {
+    return versions_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)];
+  }
+
+  void refresh_versions(int ps) {
+    std::vector<std::int64_t>& seen = versions_[static_cast<std::size_t>(ps)];
+    control_.read(ps, window_.layout(ps).version_word(0), static_cast<int>(seen.size()), seen.data());
+  }
+
+  // Blocks until block `block` of PS `ps` is published at version >= `version`.
+  void await_block(int ps, int block, std::int64_t version) {
+    if (known_version(ps, block) >= version) return;
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    for (refresh_versions(ps); known_version(ps, block) < version; refresh_versions(ps))
+      if (!waiter.pause()) throw publish_hang(ps, block, version, waiter.waited_seconds());
+    wait_s_ += waiter.waited_seconds();
+  }
+
+  // --grad-push ordered: workers announce block b in worker order, so worker w may go once the
+  // block's arrival count has reached every earlier step's W pushes plus workers 0..w-1 of this.
+  void await_predecessor(int ps, int block, std::int64_t pushes) {
+    auto done = predecessor_done_[static_cast<std::size_t>(ps)].begin() + block;
+    if (*done) return;
+    const int before = topo_.role_index() - 1;
+    const MPI_Aint word = window_.layout(ps).arrivals_word(block);
+    const std::int64_t needed = (pushes - 1) * topo_.num_workers() + topo_.role_index();
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    std::int64_t seen = 0;
+    for (control_.read(ps, word, 1, &seen); seen < needed; control_.read(ps, word, 1, &seen))
+      if (!waiter.pause())
+        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                            " s for ", topo_.worker_name(before), " to push block ", block, " of ", topo_.ps_name(ps),
+                            " for step ", pushes - 1, " (--grad-push ordered); that worker is dead, stopped or "
+                            "stuck (raise --hang-timeout if it is only slow)"));
+    wait_s_ += waiter.waited_seconds();
+    *done = true;
+  }
+
+  // A worker gave up waiting for block `block` of PS `ps`: the per-worker words (readable by
+  // anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
+  HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
+    const std::vector<std::string> missing = workers_where(ps, block, version - 1, -1);
+    return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ",
+                         topo_.ps_name(ps), " to publish block ", block, " after step ", version - 2,
+                         " (it has published ", known_version(ps, block), " version(s) of it); ",
+                         missing.empty() ? str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck")
+                                         : str("it still lacks the gradients of ", join(missing, ", "),
+                                               ", which is dead, stopped or stuck"),
+                         " (raise --hang-timeout if it is only slow)"));
+  }
+
+  std::size_t in_flight_;
+  std::vector<std::vector<std::int64_t>> versions_;  // newest known version of each block
+  std::vector<std::vector<int>> pending_;            // per PS: complete blocks not yet announced
+  std::vector<std::vector<bool>> announced_;         // per PS, per block: announced this step
+  std::vector<std::vector<bool>> predecessor_done_;  // ordered push: worker w-1 announced it
+  bool pull_open_ = false;                           // Gets issued and not yet completed
+};
+
+class PassiveServer final : public ServerProtocol, PassiveBase {
+ public:
+  PassiveServer(const comm::Topology& topo, ShardWindow& window, const ExchangeConfig& config)
+      : PassiveBase(topo, window, config) {}
+
+  void start() override { start_sequence({}); }
+
+  bool await_blocks(std::int64_t pushes, const std::vector<bool>& applied, std::vector<int>& ready) override {
+    const int me = topo_.role_index();
+    const std::int64_t workers = topo_.num_workers();
+    const ShardLayout& layout = window_.layout(me);
+    const int blocks = layout.num_blocks();
+    // arrivals[0..B) then departed: one read of B+1 contiguous words per poll, whatever W.
+    std::vector<std::int64_t> words(static_cast<std::size_t>(blocks) + 1);
+    const std::int64_t complete = pushes * workers;  // a block's arrivals once step pushes-1 is in
+    const bool fresh = std::none_of(applied.begin(), applied.end(), [](bool a) { return a; });
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    for (;;) {
+      control_.read(me, layout.arrivals_word(0), static_cast<int>(words.size()), words.data());
+      for (int b = 0; b < blocks; ++b)
+        if (!applied[static_cast<std::size_t>(b)] && words[static_cast<std::size_t>(b)] >= complete) ready.push_back(b);
+      if (!ready.empty()) {
+        sync_local_memory();
+        return true;
+      }
+      if (fresh && words.back() == workers) {
+        for (int b = 0; b < blocks; ++b)
+          if (words[static_cast<std::size_t>(b)] != complete - workers)
+            throw Error(str(rank_tag(), ": ", join(workers_where(me, b, pushes - 1, +1), ", "), " left ",
+                            topo_.my_name(), " after pushing block ", b, " more often than the ", pushes - 1,
+                            " step(s) the PS applied; every worker must run the same number of steps"));
+        return false;
+      }
+      if (!waiter.pause()) {
+        std::vector<std::string> missing;
+        for (int b = 0; b < blocks && missing.empty(); ++b)
+          if (!applied[static_cast<std::size_t>(b)]) missing = workers_where(me, b, pushes, -1);
+        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                            " s for the gradients of step ", pushes - 1, " from ", join(missing, ", "),
+                            "; that worker is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+      }
+    }
+  }
+
+  void publish(const std::vector<int>& blocks, std::int64_t version) override {
+    sync_local_memory();
+    const ShardLayout& layout = window_.layout(topo_.role_index());
+    std::vector<MPI_Aint> words;
+    for (int b : blocks) words.push_back(layout.version_word(b));
+    control_.write(topo_.role_index(), words, version);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<WorkerProtocol> make_passive_worker(const comm::Topology& topo, ShardWindow& window,
+                                                    const ExchangeConfig& config) {
+  return std::make_unique<PassiveWorker>(topo, window, config);
+}
+
+std::unique_ptr<ServerProtocol> make_passive_server(const comm::Topology& topo, ShardWindow& window,
+                                                    const ExchangeConfig& config) {
+  return std::make_unique<PassiveServer>(topo, window, config);
+}
+
+}  // namespace drt::ps

@@ -1,0 +1,48 @@
+#include "protocol.hpp"
+
+#include "drtrain/comm/mpi_check.hpp"
+
+namespace drt::ps {
+
+std::unique_ptr<WorkerProtocol> make_worker_protocol(const comm::Topology& topo, ShardWindow& window,
+                                                     const ExchangeConfig& config) {
+  if (config.sync == RmaSync::kFence) return make_fence_worker(topo, window, config);
+  return make_passive_worker(topo, window, config);
+}
+
+std::unique_ptr<ServerProtocol> make_server_protocol(const comm::Topology& topo, ShardWindow& window,
+                                                     const ExchangeConfig& config) {
+  if (config.sync == RmaSync::kFence) return make_fence_server(topo, window, config);
+  return make_passive_server(topo, window, config);
+}
+
+void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int worker, const float* grad,
+                    const Chunk& c) {
+  const WindowSpot spot = window.layout(c.ps).grad(worker, c.shard_element);
+  const MPI_Win win = window.data(spot.window);
+  const bool put = config.per_worker_slots() || (config.grad_push() == GradPush::kOrdered && worker == 0);
+  if (put)
+    DRT_MPI_CHECK(MPI_Put(grad + c.at, c.count, MPI_FLOAT, window.target(c.ps), spot.disp, c.count, MPI_FLOAT, win));
+  else
+    DRT_MPI_CHECK(MPI_Accumulate(grad + c.at, c.count, MPI_FLOAT, window.target(c.ps), spot.disp, c.count, MPI_FLOAT,
+                                 MPI_SUM, win));
+}
+
+void issue_upload(const ShardWindow& window, const float* initial, const std::vector<Chunk>& all) {
+  for (const Chunk& c : all) {
+    const WindowSpot spot = window.layout(c.ps).params(c.shard_element);
+    DRT_MPI_CHECK(MPI_Put(initial + c.at, c.count, MPI_FLOAT, window.target(c.ps), spot.disp, c.count, MPI_FLOAT,
+                          window.data(spot.window)));
+  }
+}
+
+void issue_gets(const ShardWindow& window, float* params, std::vector<Chunk>::const_iterator begin,
+                std::vector<Chunk>::const_iterator end) {
+  for (auto it = begin; it != end; ++it) {
+    const WindowSpot spot = window.layout(it->ps).params(it->shard_element);
+    DRT_MPI_CHECK(MPI_Get(params + it->at, it->count, MPI_FLOAT, window.target(it->ps), spot.disp, it->count,
+                          MPI_FLOAT, window.data(spot.window)));
+  }
+}
+
+}  // namespace drt::ps

@@ -1,0 +1,112 @@
+// The exchange protocols (internal): one pair of classes per --rma-sync mode, each owning both
+// the data movement (MPI_Accumulate / MPI_Put of gradients, MPI_Get of parameters) and the
+// synchronisation that makes it complete and visible. WorkerExchange (the public worker API)
+// validates and cuts requests into chunks; ParameterServer applies the optimizer; everything
+// that touches a window goes through these classes.
+//
+//   passive (passive_protocol.cpp): MPI_Win_lock_all once; per-block arrival counters and
+//            version words in the control window; waits poll with naps and time out.
+//   fence   (fence_protocol.cpp):   MPI_Win_fence epochs around push, apply and pull.
+//
+// Call sequences, versions counted from 1 (the initial parameters), t = steps done:
+//   PS:      [zero windows, maybe restore a checkpoint] start()
+//            { await_blocks(t+1) -> apply those blocks -> publish(them, t+2) }*  ... -> false
+//   worker:  start(chief ? initial params : null)
+//            { push(chunks)... finish_push(t+1)  pull(chunks)... complete_pull() }*  depart()
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "drtrain/comm/topology.hpp"
+#include "drtrain/ps/exchange_config.hpp"
+#include "drtrain/ps/shard_window.hpp"
+
+namespace drt::ps {
+
+// One RMA operation: `count` elements from flat index offset + at, inside one block of one PS.
+struct Chunk {
+  int ps;
+  int block;
+  std::size_t shard_element;  // first element, relative to the PS's shard
+  std::size_t at;             // first element, relative to the caller's buffer
+  int count;
+  bool completes_block;       // push: the block's last elements of this step
+};
+
+class WorkerProtocol {
+ public:
+  virtual ~WorkerProtocol() = default;
+
+  // Collective with ServerProtocol::start(). Orders the PS's local stores so far (zeroing,
+  // restore) before any access, then the chief (initial != null) uploads the parameters of
+  // `all` chunks and they complete at the PS before anyone proceeds.
+  virtual void start(const float* initial, const std::vector<Chunk>& all) = 0;
+  // Issues the gradient chunks of push number `pushes` (completing any pull still open) and
+  // announces blocks as they complete; may return before the data has left (see complete_local).
+  virtual void push(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) = 0;
+  // Returns once the buffers of the pushes to `targets` may be reused.
+  virtual void complete_local(const std::vector<int>& targets) = 0;
+  // Every chunk of push `pushes` has been issued: announce what is left.
+  virtual void finish_push(std::int64_t pushes) = 0;
+  // Issues Gets of `chunks` at version `version` (waiting for each block's publication).
+  virtual void pull(float* params, std::vector<Chunk> chunks, std::int64_t version) = 0;
+  // The Gets issued since the last completion are in the caller's buffers.
+  virtual void complete_pull() = 0;
+  // Leaves the exchange; the PS stop serving once every worker has left.
+  virtual void depart() = 0;
+
+  // Seconds spent waiting for the PS (publication, a predecessor, the pull fence) since the
+  // last call.
+  double take_wait_seconds() {
+    const double s = wait_s_;
+    wait_s_ = 0.0;
+    return s;
+  }
+
+ protected:
+  double wait_s_ = 0.0;
+};
+
+class ServerProtocol {
+ public:
+  virtual ~ServerProtocol() = default;
+
+  // Collective with WorkerProtocol::start(); afterwards the PS publishes version 1.
+  virtual void start() = 0;
+  // Waits until some blocks not yet `applied` have been pushed `pushes` times by every worker
+  // and puts them in `ready` (true), or until every worker has departed (false; only when no
+  // block of this push has been applied).
+  virtual bool await_blocks(std::int64_t pushes, const std::vector<bool>& applied, std::vector<int>& ready) = 0;
+  // The parameters of `blocks` are now version `version`; let the workers read them.
+  virtual void publish(const std::vector<int>& blocks, std::int64_t version) = 0;
+};
+
+std::unique_ptr<WorkerProtocol> make_worker_protocol(const comm::Topology& topo, ShardWindow& window,
+                                                     const ExchangeConfig& config);
+std::unique_ptr<ServerProtocol> make_server_protocol(const comm::Topology& topo, ShardWindow& window,
+                                                     const ExchangeConfig& config);
+
+// The implementations (passive_protocol.cpp, fence_protocol.cpp).
+std::unique_ptr<WorkerProtocol> make_passive_worker(const comm::Topology& topo, ShardWindow& window,
+                                                    const ExchangeConfig& config);
+std::unique_ptr<ServerProtocol> make_passive_server(const comm::Topology& topo, ShardWindow& window,
+                                                    const ExchangeConfig& config);
+std::unique_ptr<WorkerProtocol> make_fence_worker(const comm::Topology& topo, ShardWindow& window,
+                                                  const ExchangeConfig& config);
+std::unique_ptr<ServerProtocol> make_fence_server(const comm::Topology& topo, ShardWindow& window,
+                                                  const ExchangeConfig& config);
+
+// Shared by both: the MPI operation that delivers a gradient chunk (MPI_Put into the worker's
+// slot, or the ordered push's worker 0; MPI_Accumulate(MPI_SUM) into the sum otherwise).
+void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int worker, const float* grad,
+                    const Chunk& c);
+// The chief's MPI_Puts of the initial parameters.
+void issue_upload(const ShardWindow& window, const float* initial, const std::vector<Chunk>& all);
+// MPI_Gets of parameter chunks.
+void issue_gets(const ShardWindow& window, float* params, std::vector<Chunk>::const_iterator begin,
+                std::vector<Chunk>::const_iterator end);
+
+}  // namespace drt::ps
