@@ -5,6 +5,11 @@
 //     written (3G), the pull reads and writes G (2G); the PS reads the sum and the parameters,
 //     writes the parameters and zeroes the sum (4G)
 //   MPI_Allreduce of G bytes among the workers: what an allreduce trainer moves per step
+//   with --link-gbit R (ranks on several nodes, each node's link R Gbit/s per direction): the
+//     link floor, the busiest node's bytes in or out per step / R, from where the ranks and
+//     shards are (a worker sends its gradient to and gets its parameters from the PS on other
+//     nodes; a PS receives and sends its shard to every worker on another node); and the
+//     ring allreduce's floor, 2 G (W-1) / W per worker node / R
 //   the drtrain exchange, for each sync scheme and gradient push (--schemes):
 //     passive (accumulate), ordered (passive + --grad-push ordered), fence (accumulate),
 //     passive-det and fence-det (--deterministic: per-worker slots)
@@ -54,6 +59,7 @@ struct Options {
   int warmup = 2;
   bool phases = false;
   bool spinning_bystanders = false;
+  double link_gbit = 0.0;  // > 0: report the link-bandwidth floor
 };
 
 const std::vector<Scheme>& all_schemes() {
@@ -84,6 +90,8 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
       ("iters", po::value<int>(&o.iters)->default_value(o.iters), "timed steps per measurement")
       ("warmup", po::value<int>(&o.warmup)->default_value(o.warmup), "untimed steps first")
       ("phases", po::bool_switch(&o.phases), "print where each scheme's step time goes")
+      ("link-gbit", po::value<double>(&o.link_gbit)->default_value(0.0),
+       "each node's link bandwidth per direction, Gbit/s: report the link floor (multi-node runs)")
       ("spinning-bystanders", po::bool_switch(&o.spinning_bystanders),
        "during the allreduce, PS ranks wait in a spinning MPI_Barrier instead of sleeping (shows how "
        "idle ranks that spin slow the allreduce down on an oversubscribed node; not a fair baseline)");
@@ -226,9 +234,34 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
   return t;
 }
 
+// The busiest node's link time for one exchange step of `floats` parameters at `gbit` Gbit/s per
+// direction: per node, bytes out = its workers' pushes to PS elsewhere + its PS' shards to
+// workers elsewhere; bytes in is the mirror image.
+double link_floor_ms(const comm::Topology& topo, std::size_t floats, double gbit) {
+  std::vector<int> node(static_cast<std::size_t>(topo.world_size()));
+  int mine = topo.node_index();
+  DRT_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, node.data(), 1, MPI_INT, topo.world().get()));
+  const ps::ShardPlan plan = ps::ShardPlan::balanced(floats, topo.num_ps());
+  std::vector<double> out(static_cast<std::size_t>(topo.num_nodes()), 0.0), in = out;
+  for (int w : topo.worker_world_ranks())
+    for (int p = 0; p < topo.num_ps(); ++p) {
+      const int wn = node[static_cast<std::size_t>(w)], pn = node[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
+      if (wn == pn) continue;
+      const double bytes = 4.0 * static_cast<double>(plan.shard(p).size());
+      out[static_cast<std::size_t>(wn)] += bytes;  // push
+      in[static_cast<std::size_t>(pn)] += bytes;
+      out[static_cast<std::size_t>(pn)] += bytes;  // pull
+      in[static_cast<std::size_t>(wn)] += bytes;
+    }
+  double busiest = 0.0;
+  for (std::size_t n = 0; n < out.size(); ++n) busiest = std::max({busiest, out[n], in[n]});
+  return busiest * 8.0 / (gbit * 1e9) * 1e3;
+}
+
 struct Row {
   std::size_t mib = 0;
   double memcpy_ms = 0, add_gbs = 0, floor_ms = 0, allreduce_ms = 0;
+  double link_floor_ms = 0, allreduce_link_floor_ms = 0;  // --link-gbit
   std::map<std::string, double> exchange_ms;
 };
 
@@ -248,6 +281,11 @@ Row measure_size(const comm::Topology& topo, const Options& o, std::size_t mib) 
   row.memcpy_ms = rates.memcpy_s * 1e3;
   row.add_gbs = 3.0 * bytes / rates.add_s / 1e9;
   row.floor_ms = (5.0 * topo.num_workers() + 4.0) * bytes / (row.add_gbs * 1e9) * 1e3;
+  if (o.link_gbit > 0) {
+    const double w = topo.num_workers();
+    row.link_floor_ms = link_floor_ms(topo, floats, o.link_gbit);
+    row.allreduce_link_floor_ms = 2.0 * bytes * (w - 1.0) / w * 8.0 / (o.link_gbit * 1e9) * 1e3;
+  }
   // MPI_Allreduce among the workers; the PS ranks sleep.
   if (topo.is_worker()) {
     AlignedBuffer<float> buf(floats);
@@ -280,13 +318,29 @@ void print_rows(const std::vector<Row>& rows, const Options& o, const comm::Topo
                   r.exchange_ms.at(s.name) / r.floor_ms);
     std::printf("\n");
   }
+  if (o.link_gbit > 0) {
+    std::printf("\nlinks at %g Gbit/s per node and direction:\n%8s %14s %14s %13s", o.link_gbit, "MiB",
+                "link floor ms", "ring floor ms", "allreduce");
+    for (const auto& s : o.schemes) std::printf(" %22s", (s.name + " /allred /floor").c_str());
+    std::printf("\n");
+    for (const Row& r : rows) {
+      std::printf("%8zu %14.1f %14.1f %10.1f ms", r.mib, r.link_floor_ms, r.allreduce_link_floor_ms, r.allreduce_ms);
+      for (const auto& s : o.schemes)
+        std::printf("   %8.1f %5.2f %5.2f", r.exchange_ms.at(s.name), r.exchange_ms.at(s.name) / r.allreduce_ms,
+                    r.exchange_ms.at(s.name) / r.link_floor_ms);
+      std::printf("\n");
+    }
+  }
   std::string json = str("{\"bench\":\"exchange\",\"ps\":", topo.num_ps(), ",\"workers\":", topo.num_workers(),
                           ",\"nodes\":", topo.num_nodes(), ",\"iters\":", o.iters, ",\"chunk_kib\":",
-                          o.exchange.chunk_bytes / 1024, ",\"rows\":[");
+                          o.exchange.chunk_bytes_for(topo.num_nodes()) / 1024, ",\"rows\":[");
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const Row& r = rows[k];
     json += str(k ? "," : "", "{\"mib\":", r.mib, ",\"memcpy_ms\":", r.memcpy_ms, ",\"add_gbs\":", r.add_gbs,
                 ",\"floor_ms\":", r.floor_ms, ",\"allreduce_ms\":", r.allreduce_ms);
+    if (o.link_gbit > 0)
+      json += str(",\"link_gbit\":", o.link_gbit, ",\"link_floor_ms\":", r.link_floor_ms,
+                  ",\"allreduce_link_floor_ms\":", r.allreduce_link_floor_ms);
     for (const char* what : {"exchange_ms", "vs_allreduce", "vs_floor"}) {
       json += str(",\"", what, "\":{");
       bool first = true;
@@ -312,7 +366,7 @@ int bench_main(comm::MpiSession& session, int argc, char** argv) {
   const comm::Topology topo = comm::Topology::create(o.layout.num_ps, o.layout.placement);
   if (topo.world_rank() == 0) {
     std::printf("drt_bench_exchange: %s\n%s; %d timed steps after %d warm-up\n", topo.describe().c_str(),
-                o.exchange.describe().c_str(), o.iters, o.warmup);
+                o.exchange.describe(topo.num_nodes()).c_str(), o.iters, o.warmup);
     const std::size_t largest = *std::max_element(o.sizes_mib.begin(), o.sizes_mib.end()) << 18;
     std::printf("at %zu MiB, plain SGD: %s\n", largest >> 18,
                 ps::describe_ps_memory(ps::ShardPlan::balanced(largest, topo.num_ps()), topo.num_workers(), o.exchange,

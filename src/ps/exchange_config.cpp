@@ -18,7 +18,7 @@ GradPush parse_grad_push(const std::string& text) { return parse_choice(text, kP
 std::string to_string(GradPush push) { return choice_name(push, kPushes); }
 
 void ExchangeConfig::validate() const {
-  if (chunk_bytes < 4096 || chunk_bytes > (std::size_t{1} << 30))
+  if (chunk_bytes != 0 && (chunk_bytes < 4096 || chunk_bytes > (std::size_t{1} << 30)))
     throw ConfigError(str("--rma-chunk-kib must give a chunk between 4 KiB and 1 GiB (got ",
                           human_bytes(static_cast<double>(chunk_bytes)), ")"));
   if (!(hang_timeout_s > 0.0)) throw ConfigError(str("--hang-timeout must be positive (got ", hang_timeout_s, ")"));
@@ -30,10 +30,12 @@ void ExchangeConfig::validate() const {
   if (max_nap_us < 1) throw ConfigError(str("the poll nap must be at least 1 us (got ", max_nap_us, ")"));
 }
 
-std::string ExchangeConfig::describe() const {
+std::string ExchangeConfig::describe(int num_nodes) const {
   return str("rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
              per_worker_slots() ? " (deterministic)" : "",
-             ", chunks of ", human_bytes(static_cast<double>(chunk_bytes)), ", hang timeout ", hang_timeout_s, " s");
+             ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
+             chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
+             ", hang timeout ", hang_timeout_s, " s");
 }
 
 }  // namespace drt::ps

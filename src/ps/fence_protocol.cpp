@@ -12,6 +12,7 @@
 // MPI_Win_fence cannot time out: a dead peer hangs the job until the launcher notices.
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "control_channel.hpp"
@@ -92,6 +93,15 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     fence(0);  // F3
     reads_open_ = false;
     reads_closed_for_ = pushes_done_ + 1;
+  }
+
+  // Fence epochs do not overlap: the pull epoch opens after every PS has applied.
+  void step(const float* grad, const std::vector<Chunk>& push_chunks, float* params, std::vector<Chunk> pull_chunks,
+            std::int64_t pushes) override {
+    push(grad, push_chunks, pushes);
+    finish_push(pushes);
+    pull(params, std::move(pull_chunks), pushes + 1);
+    complete_pull();
   }
 
   void depart() override {

@@ -19,11 +19,12 @@
 // Nothing here depends on shared memory: every remote access is an RMA call, every ordering a
 // flush, a Win_sync or an atomic control word.
 //
-// Pipelining: a worker announces a block only after a flush (a round trip to the PS), so it
-// keeps up to kInFlight completed blocks per PS before it flushes and announces them together,
-// and visits the PS round-robin (WorkerExchange orders the chunks), so that the other PS' data
-// is on the wire while it waits for one. The ordered push announces each block at once (the
-// next worker waits for it).
+// Pipelining: a worker visits the PS round-robin (WorkerExchange orders the chunks), so the other
+// PS' data is on the wire while one flush waits, and announces each block as soon as it is
+// complete, so the PS applies it while later blocks travel. step() also Gets every block that is
+// already published while it still pushes: the links carry pushes and pulls at once. (Measured
+// on the emulated cluster: announcing two blocks per flush instead, or 1 MiB blocks instead of
+// 128 KiB, delays the applies and the overlapping pulls more than it saves in round trips.)
 // Waiting ranks nap between polls and give MPI a turn of progress each time (comm/poll.hpp,
 // comm/progress.hpp); every wait gives up after --hang-timeout with a message naming the culprit.
 #include <algorithm>
@@ -42,8 +43,6 @@
 
 namespace drt::ps {
 namespace {
-
-constexpr std::size_t kInFlight = 2;  // completed, unannounced blocks per PS before a flush
 
 // What both roles share: the epochs, the control channel, the start sequence, diagnoses.
 class PassiveBase {
@@ -99,9 +98,7 @@ class PassiveBase {
 class PassiveWorker final : public WorkerProtocol, PassiveBase {
  public:
   PassiveWorker(const comm::Topology& topo, ShardWindow& window, const ExchangeConfig& config)
-      : PassiveBase(topo, window, config),
-        in_flight_(config.grad_push() == GradPush::kOrdered ? 1 : kInFlight),
-        pending_(static_cast<std::size_t>(window.num_ps())) {
+      : PassiveBase(topo, window, config) {
     for (int p = 0; p < window.num_ps(); ++p) {
       const auto blocks = static_cast<std::size_t>(window.layout(p).num_blocks());
       versions_.emplace_back(blocks, 0);
@@ -118,17 +115,19 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
 
   void push(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) override {
     complete_pull();
-    const int me = topo_.role_index();
-    const bool ordered = config_.grad_push() == GradPush::kOrdered;
-    for (const Chunk& c : chunks) {
-      await_block(c.ps, c.block, pushes);  // the sum was zeroed (a cache hit after a normal pull)
-      if (ordered && me > 0) await_predecessor(c.ps, c.block, pushes);
-      issue_gradient(window_, config_, me, grad, c);
-      if (!c.completes_block) continue;
-      std::vector<int>& pending = pending_[static_cast<std::size_t>(c.ps)];
-      pending.push_back(c.block);
-      if (pending.size() >= in_flight_) announce(c.ps, pushes);
-    }
+    push_chunks(grad, chunks, pushes, nullptr, nullptr);
+  }
+
+  // Pushes, and after each announcement (a round trip to that PS anyway) reads that PS's versions
+  // and Gets the blocks of the new version that are already published: the pull of the first
+  // blocks overlaps the push of the last ones.
+  void step(const float* grad, const std::vector<Chunk>& push_list, float* params, std::vector<Chunk> pull_list,
+            std::int64_t pushes) override {
+    complete_pull();
+    push_chunks(grad, push_list, pushes, params, &pull_list);
+    finish_push(pushes);
+    pull(params, std::move(pull_list), pushes + 1);
+    complete_pull();
   }
 
   void complete_local(const std::vector<int>& targets) override {
@@ -138,14 +137,9 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   }
 
   void finish_push(std::int64_t pushes) override {
-    for (int p = 0; p < window_.num_ps(); ++p) {
-      const std::vector<bool>& announced = announced_[static_cast<std::size_t>(p)];
-      std::vector<int>& pending = pending_[static_cast<std::size_t>(p)];
-      for (int b = 0; b < window_.layout(p).num_blocks(); ++b)  // empty blocks are announced here
-        if (!announced[static_cast<std::size_t>(b)] && std::find(pending.begin(), pending.end(), b) == pending.end())
-          pending.push_back(b);
-      announce(p, pushes);
-    }
+    for (int p = 0; p < window_.num_ps(); ++p)  // empty blocks are announced here
+      for (int b = 0; b < window_.layout(p).num_blocks(); ++b)
+        if (!announced_[static_cast<std::size_t>(p)][static_cast<std::size_t>(b)]) announce(p, b, pushes);
     for (auto& a : announced_) std::fill(a.begin(), a.end(), false);
     for (auto& d : predecessor_done_) std::fill(d.begin(), d.end(), false);
   }
@@ -171,17 +165,26 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
           continue;
         }
       }
-      issue_gets(window_, params, left.begin(), split);
-      pull_open_ = true;
+      issue_gets(window_, params, left.begin(), split, &gets_);
       left.erase(left.begin(), split);
     }
   }
 
+  // Waits for the Gets (MPI_Testall and naps: no spinning, and a PS that stops answering ends
+  // the wait after --hang-timeout).
   void complete_pull() override {
-    if (!pull_open_) return;
-    comm::Watchdog::beat("completing the Gets of parameters", window_.num_ps() == 1 ? window_.target(0) : -1);
-    DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0)));
-    pull_open_ = false;
+    if (gets_.empty()) return;
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    for (;;) {
+      int done = 0;
+      DRT_MPI_CHECK(MPI_Testall(static_cast<int>(gets_.size()), gets_.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      if (!waiter.pause())
+        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                            " s for its MPI_Gets of parameters to complete; a PS is dead, stopped or stuck (raise "
+                            "--hang-timeout if it is only slow)"));
+    }
+    gets_.clear();
   }
 
   void depart() override {
@@ -190,26 +193,42 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   }
 
  private:
-  // Flushes the pending blocks' data to PS `ps`, then announces them in one control flush.
-  void announce(int ps, std::int64_t pushes) {
-    std::vector<int>& pending = pending_[static_cast<std::size_t>(ps)];
-    if (pending.empty()) return;
+  // Issues `chunks` of push number `pushes`, announcing each block once complete. With
+  // `early_pulls`: after each announcement, Gets the chunks of that PS's blocks that are already
+  // at version pushes + 1, and removes them from the list.
+  void push_chunks(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, float* params,
+                   std::vector<Chunk>* early_pulls) {
+    const int me = topo_.role_index();
+    const bool ordered = config_.grad_push() == GradPush::kOrdered;
+    for (const Chunk& c : chunks) {
+      await_block(c.ps, c.block, pushes);  // the sum was zeroed (a cache hit after a normal pull)
+      if (ordered && me > 0) await_predecessor(c.ps, c.block, pushes);
+      issue_gradient(window_, config_, me, grad, c);
+      if (!c.completes_block) continue;
+      announce(c.ps, c.block, pushes);
+      if (early_pulls) pull_published(params, *early_pulls, c.ps, pushes + 1);
+    }
+  }
+
+  // Gets the chunks of PS `ps` in `left` whose blocks are published at `version` (one read of
+  // that PS's versions), and removes them from `left`.
+  void pull_published(float* params, std::vector<Chunk>& left, int ps, std::int64_t version) {
+    refresh_versions(ps);
+    auto split = std::stable_partition(left.begin(), left.end(), [&](const Chunk& c) {
+      return !(c.ps == ps && known_version(c.ps, c.block) >= version);
+    });
+    if (split == left.end()) return;
+    issue_gets(window_, params, split, left.end(), &gets_);
+    left.erase(split, left.end());
+  }
+
+  // Flushes block `block`'s data to PS `ps` (complete at the target), then announces it.
+  void announce(int ps, int block, std::int64_t pushes) {
     const ShardLayout& layout = window_.layout(ps);
     const int me = topo_.role_index();
-    std::vector<bool> flushed(static_cast<std::size_t>(window_.num_data_windows()), false);
-    std::vector<ControlChannel::Update> updates;
-    for (int b : pending) {
-      const int w = layout.grad(me, layout.block_begin(b)).window;
-      if (!flushed[static_cast<std::size_t>(w)]) {
-        DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), window_.data(w)));
-        flushed[static_cast<std::size_t>(w)] = true;
-      }
-      updates.push_back({layout.arrivals_word(b), MPI_SUM, 1});
-      updates.push_back({layout.pushed_word(me, b), MPI_REPLACE, pushes});
-      announced_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(b)] = true;
-    }
-    control_.update(ps, updates);
-    pending.clear();
+    DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), window_.data(layout.grad(me, layout.block_begin(block)).window)));
+    control_.update(ps, {{layout.arrivals_word(block), MPI_SUM, 1}, {layout.pushed_word(me, block), MPI_REPLACE, pushes}});
+    announced_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)] = true;
   }
 
   std::int64_t known_version(int ps, int block) const {
@@ -263,12 +282,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
                          " (raise --hang-timeout if it is only slow)"));
   }
 
-  std::size_t in_flight_;
   std::vector<std::vector<std::int64_t>> versions_;  // newest known version of each block
-  std::vector<std::vector<int>> pending_;            // per PS: complete blocks not yet announced
   std::vector<std::vector<bool>> announced_;         // per PS, per block: announced this step
   std::vector<std::vector<bool>> predecessor_done_;  // ordered push: worker w-1 announced it
-  bool pull_open_ = false;                           // Gets issued and not yet completed
+  std::vector<MPI_Request> gets_;                    // MPI_Rgets issued and not yet completed
 };
 
 class PassiveServer final : public ServerProtocol, PassiveBase {

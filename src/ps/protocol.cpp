@@ -37,11 +37,17 @@ void issue_upload(const ShardWindow& window, const float* initial, const std::ve
 }
 
 void issue_gets(const ShardWindow& window, float* params, std::vector<Chunk>::const_iterator begin,
-                std::vector<Chunk>::const_iterator end) {
+                std::vector<Chunk>::const_iterator end, std::vector<MPI_Request>* requests) {
   for (auto it = begin; it != end; ++it) {
     const WindowSpot spot = window.layout(it->ps).params(it->shard_element);
-    DRT_MPI_CHECK(MPI_Get(params + it->at, it->count, MPI_FLOAT, window.target(it->ps), spot.disp, it->count,
-                          MPI_FLOAT, window.data(spot.window)));
+    if (requests) {
+      requests->push_back(MPI_REQUEST_NULL);
+      DRT_MPI_CHECK(MPI_Rget(params + it->at, it->count, MPI_FLOAT, window.target(it->ps), spot.disp, it->count,
+                             MPI_FLOAT, window.data(spot.window), &requests->back()));
+    } else {
+      DRT_MPI_CHECK(MPI_Get(params + it->at, it->count, MPI_FLOAT, window.target(it->ps), spot.disp, it->count,
+                            MPI_FLOAT, window.data(spot.window)));
+    }
   }
 }
 

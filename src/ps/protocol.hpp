@@ -55,6 +55,12 @@ class WorkerProtocol {
   virtual void pull(float* params, std::vector<Chunk> chunks, std::int64_t version) = 0;
   // The Gets issued since the last completion are in the caller's buffers.
   virtual void complete_pull() = 0;
+  // A whole step: push(push_chunks), finish_push(pushes), pull(pull_chunks, pushes + 1) and
+  // complete_pull(), with as much overlap as the mode allows (passive: Gets of blocks already
+  // published go out while later blocks are still being pushed, so both directions of the
+  // links carry data at once).
+  virtual void step(const float* grad, const std::vector<Chunk>& push_chunks, float* params,
+                    std::vector<Chunk> pull_chunks, std::int64_t pushes) = 0;
   // Leaves the exchange; the PS stop serving once every worker has left.
   virtual void depart() = 0;
 
@@ -105,8 +111,11 @@ void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int
                     const Chunk& c);
 // The chief's MPI_Puts of the initial parameters.
 void issue_upload(const ShardWindow& window, const float* initial, const std::vector<Chunk>& all);
-// MPI_Gets of parameter chunks.
+// MPI_Gets of parameter chunks; with `requests`, MPI_Rgets (passive target only) whose requests
+// are appended there. Request-based Gets leave at once on every path (osc/pt2pt would otherwise
+// hold a small Get request in its send buffer until the next flush), and can be waited on with
+// MPI_Testall and naps instead of a flush that spins.
 void issue_gets(const ShardWindow& window, float* params, std::vector<Chunk>::const_iterator begin,
-                std::vector<Chunk>::const_iterator end);
+                std::vector<Chunk>::const_iterator end, std::vector<MPI_Request>* requests = nullptr);
 
 }  // namespace drt::ps

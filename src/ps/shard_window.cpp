@@ -87,7 +87,7 @@ ShardWindow::ShardWindow(const comm::Topology& topo, const ShardPlan& plan, cons
   const bool fence = config.sync == RmaSync::kFence;
   const bool slots = config.per_worker_slots();
   const int stripes = fence || slots ? 1 : std::min(topo.num_workers(), kMaxStripes);
-  const std::size_t chunk = config.chunk_bytes / sizeof(float);
+  const std::size_t chunk = config.chunk_bytes_for(topo.num_nodes()) / sizeof(float);
   for (int p = 0; p < plan.num_shards(); ++p) {
     const std::size_t size = plan.shard(p).size();
     layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, slots, fence);

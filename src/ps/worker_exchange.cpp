@@ -24,7 +24,7 @@ WorkerExchange::WorkerExchange(const comm::Topology& topo, const ShardPlan& plan
     : topo_(topo),
       plan_(plan),
       config_(config),
-      chunk_elems_(config.chunk_bytes / sizeof(float)),
+      chunk_elems_(config.chunk_bytes_for(topo.num_nodes()) / sizeof(float)),
       window_(topo, plan, config),
       protocol_(make_worker_protocol(topo, window_, config)) {
   DRT_ASSERT(topo.is_worker(), "WorkerExchange on a PS rank");
@@ -151,9 +151,16 @@ void WorkerExchange::complete_pull() {
 void WorkerExchange::pull_all(float* params) { pull(params, 0, plan_.total()).wait(); }
 
 void WorkerExchange::step(const float* grad, float* params) {
-  push(grad, 0, plan_.total());
-  finish_push();
-  pull_all(params);
+  check_open("step");
+  if (pushed_elements_ != 0) throw Error(str(rank_tag(), ": step() in the middle of a push; call finish_push() first"));
+  const double t0 = now_seconds();
+  std::vector<Chunk> pushes = chunks(0, plan_.total());
+  order_push(pushes);  // every block is complete afterwards (the whole space, once)
+  protocol_->step(grad, pushes, params, chunks(0, plan_.total()), ++pushes_);
+  for (auto& filled : block_filled_) std::fill(filled.begin(), filled.end(), 0);
+  const double waited = protocol_->take_wait_seconds();
+  times_.wait_s += waited;
+  times_.push_s += now_seconds() - t0 - waited;  // push and pull overlap: all of it counts as push
 }
 
 void WorkerExchange::finish() {

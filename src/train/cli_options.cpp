@@ -42,7 +42,8 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
        "deterministic cuDNN algorithms")
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
-       "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB")
+       "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB; 0 = by layout: 1024 on one "
+       "node, 128 across nodes")
       ("poll-nap-us", po::value<int>(&out.max_nap_us)->default_value(out.max_nap_us),
        "longest sleep between two polls of a waiting rank, microseconds (shorter: less latency, more CPU)")
       ("hang-timeout", po::value<double>(&out.hang_timeout_s)->default_value(out.hang_timeout_s),

@@ -14,6 +14,7 @@
 #include "drtrain/comm/agreement.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
+#include "drtrain/comm/rma_component.hpp"
 #include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
@@ -117,7 +118,8 @@ void print_setup(const Job& job, Reporter& out) {
                job.blas_threads));
   out.line(str("device ", job.devices.describe(), " (the chief's; --device ", c.device, ")"));
   out.line(str("optimizer ", job.optimizer.describe()));
-  out.line(str("exchange ", c.exchange.describe()));
+  out.line(str("exchange ", c.exchange.describe(job.topo.num_nodes())));
+  if (!comm::rma_component_note().empty()) out.line(comm::rma_component_note());
   std::string plan = job.plan.describe(job.spec.layout());
   if (!plan.empty() && plan.back() == '\n') plan.pop_back();
   out.line(plan);

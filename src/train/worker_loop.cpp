@@ -142,26 +142,26 @@ class WorkerLoop {
     const double t1 = now_seconds();
     const float* grad = towers_->combine_gradients();
     const double t2 = now_seconds();
-    const std::size_t n = job_.plan.total();
-    exchange_.push(grad, 0, n).wait();
-    exchange_.finish_push();
-    const double pushed = now_seconds();
-    exchange_.pull(towers_->parameter_staging(), 0, n).wait();
+    // One call: the exchange overlaps the pull of the first published blocks with the push of
+    // the last ones (WorkerExchange::step).
+    exchange_.step(grad, towers_->parameter_staging());
     const double pulled = now_seconds();
     towers_->load_parameters();
     const double t3 = now_seconds();
     const ps::ExchangeTimes x = exchange_.take_times();
     if (job_.timeline->enabled()) {
-      // Forward and backward as measured (summed over the towers); in the pull, the waits for
-      // blocks and the Gets interleave: shown as one wait, then the Gets.
+      // Forward and backward as measured (summed over the towers). In the exchange, pushes, waits
+      // for blocks and Gets interleave: shown as the push (with the Gets that overlap it), one
+      // wait, then what is left of the pull.
       const Towers::ComputeSplit split = towers_->last_compute_split();
       Timeline& tl = *job_.timeline;
       tl.span("forward", t0, t0 + split.forward_s, step);
       tl.span("backward", t0 + split.forward_s, t0 + split.forward_s + split.backward_s, step);
       tl.span("tower combine", t1, t2, step);
+      const double pushed = std::min(pulled, t2 + x.push_s), waited = std::min(pulled, pushed + x.wait_s);
       tl.span("push", t2, pushed, step);
-      tl.span("ps wait", pushed, pushed + x.wait_s, step);
-      tl.span("pull", pushed + x.wait_s, pulled, step);
+      tl.span("ps wait", pushed, waited, step);
+      tl.span("pull", waited, pulled, step);
       if (towers_->count() > 1) tl.span("load towers", pulled, t3, step);
     }
     phases_.compute += t1 - t0;

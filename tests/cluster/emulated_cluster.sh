@@ -11,6 +11,9 @@
 #     --nodes N    number of nodes (default 2, at most 250)
 #     --rate RATE  per-node link bandwidth in each direction, in tc's units (1gbit, 500mbit);
 #                  default: unlimited (veth speed)
+#     --queue-ms Q with --rate: the most a packet may wait in a link's queue (tbf latency,
+#                  default 5 ms; a switch port holds a few ms; a long queue delays the ACKs of
+#                  traffic in the other direction and halves what a full-duplex exchange gets)
 #
 # COMMAND sees (and tests/cluster/cluster_mpirun.sh uses):
 #   DRT_CLUSTER_NODES     N
@@ -26,10 +29,12 @@ set -euo pipefail
 
 nodes=2
 rate=none
+queue_ms=5
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
+    --queue-ms) queue_ms=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "emulated_cluster: unknown option '$1' (usage: emulated_cluster.sh [--nodes N] [--rate RATE] -- COMMAND...)" >&2; exit 2 ;;
   esac
@@ -55,7 +60,8 @@ if [ -z "${DRT_CLUSTER_PARENT:-}" ]; then
     why="this machine does not allow new network/mount namespaces (unshare -n -m failed: a container without CAP_SYS_ADMIN?)"
   fi
   if [ -n "$why" ]; then echo "SKIP: emulated cluster: $why"; exit 77; fi
-  exec env DRT_CLUSTER_PARENT=1 unshare -n -m --propagation private -- "$self" --nodes "$nodes" --rate "$rate" -- "$@"
+  exec env DRT_CLUSTER_PARENT=1 unshare -n -m --propagation private -- "$self" --nodes "$nodes" --rate "$rate" \
+    --queue-ms "$queue_ms" -- "$@"
 fi
 
 # ---- inside the private parent
@@ -80,7 +86,7 @@ limit() {  # limit NETNS DEV: egress of DEV, inside namespace NETNS ("" = the pa
   [ "$rate" = none ] && return 0
   local ns=()
   [ -n "$1" ] && ns=(ip netns exec "$1")
-  "${ns[@]}" tc qdisc add dev "$2" root tbf rate "$rate" burst 256kb latency 50ms
+  "${ns[@]}" tc qdisc add dev "$2" root tbf rate "$rate" burst 256kb latency "${queue_ms}ms"
 }
 
 addrs=()

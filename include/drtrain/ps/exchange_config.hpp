@@ -38,14 +38,23 @@ struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   bool deterministic = false;             // --deterministic: the same as push = kSlots
-  std::size_t chunk_bytes = std::size_t{1} << 20;  // largest RMA operation and block size
+  // Largest RMA operation and synchronisation block; 0 = by layout (chunk_bytes_for).
+  std::size_t chunk_bytes = 0;
   double hang_timeout_s = 300.0;                   // passive waits give up after this
   int max_nap_us = 100;                            // longest sleep between polls
 
   GradPush grad_push() const { return deterministic ? GradPush::kSlots : push; }
+  // The chunk for a job on `num_nodes` nodes: chunk_bytes if set, else 1 MiB on one node (shared
+  // memory: fewer blocks, fewer control words) and 128 KiB across nodes (a block's first bytes
+  // reach the PS, are applied and come back sooner, so push and pull overlap on the links; the
+  // choice measured best in bench/RESULTS.md, "The exchange across nodes").
+  std::size_t chunk_bytes_for(int num_nodes) const {
+    if (chunk_bytes != 0) return chunk_bytes;
+    return num_nodes > 1 ? std::size_t{128} << 10 : std::size_t{1} << 20;
+  }
   bool per_worker_slots() const { return grad_push() == GradPush::kSlots; }
   void validate() const;  // ConfigError naming the flag
-  std::string describe() const;
+  std::string describe(int num_nodes) const;
 };
 
 }  // namespace drt::ps

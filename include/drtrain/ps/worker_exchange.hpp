@@ -73,8 +73,12 @@ class WorkerExchange {
   void finish_push();
   PullHandle pull(float* params, std::size_t offset, std::size_t count);
 
-  // Convenience: pull everything and wait; push everything, finish, pull everything.
+  // Pull everything and wait.
   void pull_all(float* params);
+  // A whole step: push the whole gradient, finish, pull the whole model and wait. The same
+  // result as push/finish_push/pull, but the protocol may overlap them (--rma-sync passive Gets
+  // the first published blocks while the last ones are still being pushed), which the separate
+  // calls cannot. ExchangeTimes counts the overlapped transfer as push_s.
   void step(const float* grad, float* params);
 
   // Leave the exchange (all workers together, after the same number of steps); the PS
