@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/progress.hpp"
 #include "drtrain/core/strings.hpp"
 #include "hdf5.hpp"
 
@@ -16,6 +17,7 @@ namespace {
 
 constexpr const char* kParams = "/params";
 constexpr const char* kOptimizer = "/optimizer";
+constexpr std::size_t kWritePiece = std::size_t{1} << 18;  // elements (1 MiB) per H5Dwrite
 
 std::uint64_t splitmix64(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
@@ -279,12 +281,19 @@ void write_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointM
       H5Id(DRT_H5_CHECK(H5Dcreate2(file, p.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                         "creating " + p));
     }
-  // Raw data: each PS its own hyperslabs, independently.
+  // Raw data: each PS its own hyperslabs, independently, in pieces of kWritePiece elements with
+  // a turn of MPI progress after each (comm/progress.hpp): the workers keep pushing the next step
+  // towards this PS while it writes, and on some RMA paths their flushes need this rank in MPI.
   const H5Id dxpl = independent_transfer();
   const std::uint64_t part = for_each_part(layout, slot_names, shard,
       [&](const std::string& p, const TensorSpec& t, std::size_t lo, std::size_t hi, float* data) {
-        const FlatRange r = open_flat_range(file, p, t, lo, hi);
-        DRT_H5_CHECK(H5Dwrite(r.dataset, H5T_NATIVE_FLOAT, r.memory, r.file_space, dxpl, data), "writing " + p);
+        for (std::size_t a = lo; a < hi; a += kWritePiece) {
+          const std::size_t b = std::min(hi, a + kWritePiece);
+          const FlatRange r = open_flat_range(file, p, t, a, b);
+          DRT_H5_CHECK(H5Dwrite(r.dataset, H5T_NATIVE_FLOAT, r.memory, r.file_space, dxpl, data + (a - lo)),
+                       "writing " + p);
+          comm::progress();
+        }
       });
   if (after_data) after_data();
   meta.checksum = sum_over(ps, part);

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "drtrain/comm/comm.hpp"
+#include "drtrain/comm/progress.hpp"
+#include "drtrain/core/param_layout.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/io/checkpoint.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
@@ -80,6 +83,27 @@ std::string compare_files(const std::string& a, const std::string& b) {
 }
 
 int num_ps_arg() { return testing::int_argument("--num-ps", 1); }
+
+// A PS writing its part of a checkpoint gives MPI a turn of progress after every MiB
+// (comm/progress.hpp): the workers push the next step towards it meanwhile, and on RMA paths that
+// need the target in MPI (osc/pt2pt, osc/ucx over TCP, MPICH) their flushes would wait for the
+// whole write. Every rank acts as a PS of a 12 MiB tensor here.
+TEST(Checkpoint, WriteLetsMpiProgress) {
+  ParamLayout layout;
+  layout.add("w", {3, 1 << 20});
+  const auto n = static_cast<std::size_t>(world_size()), r = static_cast<std::size_t>(world_rank());
+  const std::size_t begin = layout.total() * r / n, end = layout.total() * (r + 1) / n;
+  std::vector<float> params(end - begin, 0.5f);
+  io::ShardView view{begin, end, params.data(), {}};
+  io::CheckpointMeta meta;
+  meta.model = "test";
+  for (std::size_t k = 0; k <= n; ++k) meta.shard_boundaries.push_back(layout.total() * k / n);
+  const std::size_t before = comm::progress_calls();
+  io::write_checkpoint(comm::Comm::world(), shared_dir("progress.h5"), meta, layout, {}, view, {});
+  const std::size_t turns = comm::progress_calls() - before, mib = (end - begin) * sizeof(float) >> 20;
+  ASSERT_TRUE(testing::all_ranks(turns >= mib, str("rank ", r, ": ", turns, " progress turns while writing ", mib,
+                                                   " MiB, expected at least one per MiB")));
+}
 
 TEST(Checkpoint, RoundTripIsBitwise) {
   TrainConfig c = base(num_ps_arg());
