@@ -165,13 +165,14 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
           continue;
         }
       }
+      for (auto it = left.begin(); it != split; ++it) gets_ps_.push_back(it->ps);
       issue_gets(window_, params, left.begin(), split, &gets_);
       left.erase(left.begin(), split);
     }
   }
 
   // Waits for the Gets (MPI_Testall and naps: no spinning, and a PS that stops answering ends
-  // the wait after --hang-timeout).
+  // the wait after --hang-timeout, naming it).
   void complete_pull() override {
     if (gets_.empty()) return;
     comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
@@ -179,12 +180,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       int done = 0;
       DRT_MPI_CHECK(MPI_Testall(static_cast<int>(gets_.size()), gets_.data(), &done, MPI_STATUSES_IGNORE));
       if (done) break;
-      if (!waiter.pause())
-        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                            " s for its MPI_Gets of parameters to complete; a PS is dead, stopped or stuck (raise "
-                            "--hang-timeout if it is only slow)"));
+      if (!waiter.pause()) throw gets_hang(waiter.waited_seconds());
     }
     gets_.clear();
+    gets_ps_.clear();
   }
 
   void depart() override {
@@ -218,6 +217,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       return !(c.ps == ps && known_version(c.ps, c.block) >= version);
     });
     if (split == left.end()) return;
+    for (auto it = split; it != left.end(); ++it) gets_ps_.push_back(it->ps);
     issue_gets(window_, params, split, left.end(), &gets_);
     left.erase(split, left.end());
   }
@@ -269,6 +269,23 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     *done = true;
   }
 
+  // A worker gave up waiting for its Gets: the blocks were published, so every worker had pushed
+  // them and the PS that does not answer is the culprit.
+  HangError gets_hang(double waited) {
+    std::vector<std::string> silent;
+    for (std::size_t i = 0; i < gets_.size(); ++i) {
+      int done = 0;
+      DRT_MPI_CHECK(MPI_Test(&gets_[i], &done, MPI_STATUS_IGNORE));
+      const std::string name = topo_.ps_name(gets_ps_[i]);
+      if (!done && std::find(silent.begin(), silent.end(), name) == silent.end()) silent.push_back(name);
+    }
+    const std::string who = join(silent, ", ");
+    return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited),
+                         " s for its MPI_Gets of published parameters from ", who, "; every worker has pushed it, so ",
+                         who, silent.size() == 1 ? " is" : " are", " dead, stopped or stuck (raise --hang-timeout "
+                         "if it is only slow)"));
+  }
+
   // A worker gave up waiting for block `block` of PS `ps`: the per-worker words (readable by
   // anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
   HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
@@ -286,6 +303,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   std::vector<std::vector<bool>> announced_;         // per PS, per block: announced this step
   std::vector<std::vector<bool>> predecessor_done_;  // ordered push: worker w-1 announced it
   std::vector<MPI_Request> gets_;                    // MPI_Rgets issued and not yet completed
+  std::vector<int> gets_ps_;                         // the PS each of them reads from
 };
 
 class PassiveServer final : public ServerProtocol, PassiveBase {
