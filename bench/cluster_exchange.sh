@@ -11,8 +11,8 @@
 #   dedicated 4+4   8 nodes, 1 rank each: PS on nodes 1-4, workers on nodes 5-8
 #   co-located 2x2  2 nodes, 2 ranks each, --ps-placement per-node (a PS and a worker per node)
 #   co-located 4x2  4 nodes, 2 ranks each, --ps-placement per-node
-# Open MPI as configured on the machine (Debian: drtrain chooses osc/pt2pt), plus osc/ucx for the
-# 4+4 layout. Every rank sets mpi_yield_when_idle: the emulated nodes share this machine's cores,
+# Open MPI as configured on the machine (Debian: drtrain chooses osc/pt2pt); with DRT_BENCH_UCX=1
+# also osc/ucx for the 4+4 layout at the first rate, 16 MiB only (it is slow over TCP: RESULTS.md). Every rank sets mpi_yield_when_idle: the emulated nodes share this machine's cores,
 # and a rank that spins in MPI (as an allreduce or a flush does) would take the core another
 # "node" needs (on a real cluster each node has its own).
 set -euo pipefail
@@ -32,9 +32,10 @@ cat > "$inner" <<EOF
 # runs on node 1: NAME PPN PS PLACEMENT GBIT [OSC]
 set -euo pipefail
 export OMPI_MCA_mpi_yield_when_idle=1
-[ -n "\${6:-}" ] && export OMPI_MCA_osc=\$6
+sizes=$sizes
+if [ -n "\${6:-}" ]; then export OMPI_MCA_osc=\$6; sizes=16; fi
 "$root/tests/cluster/cluster_mpirun.sh" openmpi --ppn "\$2" -- "$bin" --num-ps "\$3" --ps-placement "\$4" \
-  --sizes-mib $sizes --schemes $schemes --iters 5 --warmup 1 --link-gbit "\$5" > "$out/\$1.log" 2>&1
+  --sizes-mib \$sizes --schemes $schemes --iters 5 --warmup 1 --link-gbit "\$5" > "$out/\$1.log" 2>&1
 EOF
 chmod +x "$inner"
 
@@ -57,7 +58,8 @@ for rate in $rates; do
   run "colocated-2x2-$rate" 2 2 2 per-node "$rate"
   run "colocated-4x2-$rate" 4 2 4 per-node "$rate"
 done
-run "dedicated-4+4-ucx-$(echo "$rates" | awk '{print $1}')" 8 1 4 first "$(echo "$rates" | awk '{print $1}')" ucx
+first_rate=$(echo "$rates" | awk '{print $1}')
+if [ "${DRT_BENCH_UCX:-0}" = 1 ]; then run "dedicated-4+4-ucx-$first_rate" 8 1 4 first "$first_rate" ucx; fi
 
 # One JSON line per run, for RESULTS.md.
 for f in "$out"/*.log; do
