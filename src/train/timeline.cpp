@@ -22,25 +22,37 @@ constexpr int kRounds = 8;
 constexpr int kTag = 7301;
 
 // On rank 0: each rank's clock minus rank 0's clock. Collective over the world.
-std::vector<double> clock_offsets(const comm::Comm& world) {
+std::vector<double> clock_offsets(const comm::Comm& world, double timeout_s, int max_nap_us) {
+  // Nonblocking and waited on with comm::wait_request: a rank that never answers ends the wait
+  // after the hang timeout with a message instead of blocking the job (the first polls spin, so
+  // a quick answer is timed without a nap in between).
+  auto exchange = [&](void* buf, int count, MPI_Datatype type, int peer, bool send) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (send)
+      DRT_MPI_CHECK(MPI_Isend(buf, count, type, peer, kTag, world.get(), &request));
+    else
+      DRT_MPI_CHECK(MPI_Irecv(buf, count, type, peer, kTag, world.get(), &request));
+    comm::wait_request(request, timeout_s, max_nap_us,
+                       [&] { return str("the timeline's clock ping-pong with rank ", peer); });
+  };
   std::vector<double> offsets(static_cast<std::size_t>(world.size()), 0.0);
   if (world.rank() != 0) {
     for (int i = 0; i < kRounds; ++i) {
       char ping = 0;
-      DRT_MPI_CHECK(MPI_Recv(&ping, 1, MPI_CHAR, 0, kTag, world.get(), MPI_STATUS_IGNORE));
-      const double mine = now_seconds();
-      DRT_MPI_CHECK(MPI_Send(&mine, 1, MPI_DOUBLE, 0, kTag, world.get()));
+      exchange(&ping, 1, MPI_CHAR, 0, false);
+      double mine = now_seconds();
+      exchange(&mine, 1, MPI_DOUBLE, 0, true);
     }
     return offsets;
   }
   for (int r = 1; r < world.size(); ++r) {
     double best_delay = 1e300;
     for (int i = 0; i < kRounds; ++i) {
-      const char ping = 0;
+      char ping = 0;
       double theirs = 0.0;
       const double sent = now_seconds();
-      DRT_MPI_CHECK(MPI_Send(&ping, 1, MPI_CHAR, r, kTag, world.get()));
-      DRT_MPI_CHECK(MPI_Recv(&theirs, 1, MPI_DOUBLE, r, kTag, world.get(), MPI_STATUS_IGNORE));
+      exchange(&ping, 1, MPI_CHAR, r, true);
+      exchange(&theirs, 1, MPI_DOUBLE, r, false);
       const double received = now_seconds();
       if (received - sent < best_delay) {
         best_delay = received - sent;
@@ -63,7 +75,7 @@ void Timeline::check_output(const std::string& path) {
 void Timeline::write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
                      std::size_t piece_bytes) const {
   const comm::Comm& world = topo.world();
-  const std::vector<double> offsets = clock_offsets(world);
+  const std::vector<double> offsets = clock_offsets(world, timeout_s, max_nap_us);
   // This rank's part: its track name, then one span per line.
   std::ostringstream part;
   part.precision(17);
