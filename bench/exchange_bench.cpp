@@ -72,14 +72,6 @@ const std::vector<Scheme>& all_schemes() {
   return schemes;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 std::optional<Options> parse(int argc, char** argv, bool print) {
   Options o;
   std::string sizes = "1,4,16,64,256", schemes = "passive,ordered,fence,passive-det,fence-det";
@@ -103,12 +95,12 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
     return std::nullopt;
   }
   o.sizes_mib.clear();
-  for (const auto& s : split_list(sizes)) {
+  for (const auto& s : split_list(sizes, ',')) {
     const auto mib = static_cast<std::size_t>(parse_count(s, "--sizes-mib"));
     if (mib == 0) throw ConfigError("--sizes-mib: sizes must be at least 1 MiB");
     o.sizes_mib.push_back(mib);
   }
-  for (const auto& name : split_list(schemes)) {
+  for (const auto& name : split_list(schemes, ',')) {
     const auto& known = all_schemes();
     auto it = std::find_if(known.begin(), known.end(), [&](const Scheme& s) { return s.name == name; });
     if (it == known.end())

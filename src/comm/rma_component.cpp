@@ -14,20 +14,6 @@ namespace {
 
 std::string g_note;
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::string item;
-  for (char ch : text + ",") {
-    if (ch == ',') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-    } else if (ch != ' ') {
-      item += ch;
-    }
-  }
-  return out;
-}
-
 // The configured value of Open MPI's "osc" control variable, through MPI_T (allowed before
 // MPI_Init). false if it cannot be read.
 bool read_osc_cvar(std::string& value) {
@@ -75,7 +61,7 @@ std::string osc_override(int ompi_major, const std::string& configured) {
   if (ompi_major != 4) return "";  // Open MPI 5 has no pt2pt; its rdma runs over TCP
   const std::vector<std::string> known = {"sm", "rdma", "ucx", "pt2pt"};
   const bool exclude = !configured.empty() && configured[0] == '^';
-  const std::vector<std::string> listed = split_list(exclude ? configured.substr(1) : configured);
+  const std::vector<std::string> listed = split_list(exclude ? configured.substr(1) : configured, ',');
   auto is_listed = [&](const std::string& c) { return std::find(listed.begin(), listed.end(), c) != listed.end(); };
   std::vector<std::string> allowed;
   for (const std::string& c : known)

@@ -33,6 +33,20 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep) 
   return out;
 }
 
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char ch : text + sep) {
+    if (ch == sep) {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else if (ch != ' ' && ch != '\t') {
+      item += ch;
+    }
+  }
+  return out;
+}
+
 long long parse_count(const std::string& text, const std::string& what) {
   std::size_t used = 0;
   long long value = -1;

@@ -11,7 +11,8 @@
 //                                                         updates are visible to local loads
 //           apply block b, zero its sum -> Win_sync        local stores visible to later RMA
 //           version[b] = t+2 (flushed)
-//   worker  poll version[b] >= t+2 -> Get block b -> Win_flush_all when the pull is waited on
+//   worker  poll version[b] >= t+2 -> MPI_Rget block b   request completion: the data is in the
+//                                                         origin buffer (waited on with naps)
 // A worker pushes block b of step t+1 only after its Get of version t+2 completed, which was
 // after the PS zeroed the sum (push() checks the version first, so even a caller that skipped
 // the pull cannot corrupt the sum); the PS writes block b's parameters again only after every
@@ -165,8 +166,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
           continue;
         }
       }
-      for (auto it = left.begin(); it != split; ++it) gets_ps_.push_back(it->ps);
-      issue_gets(window_, params, left.begin(), split, &gets_);
+      get_chunks(params, left.begin(), split);
       left.erase(left.begin(), split);
     }
   }
@@ -216,10 +216,14 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     auto split = std::stable_partition(left.begin(), left.end(), [&](const Chunk& c) {
       return !(c.ps == ps && known_version(c.ps, c.block) >= version);
     });
-    if (split == left.end()) return;
-    for (auto it = split; it != left.end(); ++it) gets_ps_.push_back(it->ps);
-    issue_gets(window_, params, split, left.end(), &gets_);
+    get_chunks(params, split, left.end());
     left.erase(split, left.end());
+  }
+
+  // MPI_Rgets of [begin, end), remembered (with their PS) until complete_pull().
+  void get_chunks(float* params, std::vector<Chunk>::const_iterator begin, std::vector<Chunk>::const_iterator end) {
+    for (auto it = begin; it != end; ++it) gets_ps_.push_back(it->ps);
+    issue_gets(window_, params, begin, end, &gets_);
   }
 
   // Flushes block `block`'s data to PS `ps` (complete at the target), then announces it.

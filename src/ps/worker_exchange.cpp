@@ -74,6 +74,12 @@ void WorkerExchange::order_push(std::vector<Chunk>& list) {
   }
 }
 
+void WorkerExchange::account(double t0, double& transfer) {
+  const double waited = protocol_->take_wait_seconds();
+  times_.wait_s += waited;
+  transfer += now_seconds() - t0 - waited;
+}
+
 void WorkerExchange::check_open(const char* what) const {
   if (finished_) throw Error(str(rank_tag(), ": ", what, " after WorkerExchange::finish()"));
 }
@@ -97,16 +103,14 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   for (const Chunk& c : list)
     if (std::find(handle.targets_.begin(), handle.targets_.end(), c.ps) == handle.targets_.end())
       handle.targets_.push_back(c.ps);
-  const double waited = protocol_->take_wait_seconds();
-  times_.wait_s += waited;
-  times_.push_s += now_seconds() - t0 - waited;
+  account(t0, times_.push_s);
   return handle;
 }
 
 void WorkerExchange::complete_local(const std::vector<int>& targets) {
   const double t0 = now_seconds();
   protocol_->complete_local(targets);
-  times_.push_s += now_seconds() - t0;
+  account(t0, times_.push_s);
 }
 
 void WorkerExchange::finish_push() {
@@ -123,7 +127,7 @@ void WorkerExchange::finish_push() {
   protocol_->finish_push(++pushes_);
   pushed_elements_ = 0;
   for (auto& filled : block_filled_) std::fill(filled.begin(), filled.end(), 0);
-  times_.push_s += now_seconds() - t0;
+  account(t0, times_.push_s);
 }
 
 PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t count) {
@@ -134,9 +138,7 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
                     "-element parameter space"));
   const double t0 = now_seconds();
   protocol_->pull(params, chunks(offset, count), pushes_ + 1);
-  const double waited = protocol_->take_wait_seconds();
-  times_.wait_s += waited;
-  times_.pull_s += now_seconds() - t0 - waited;
+  account(t0, times_.pull_s);
   PullHandle handle;
   handle.owner_ = this;
   return handle;
@@ -145,7 +147,7 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
 void WorkerExchange::complete_pull() {
   const double t0 = now_seconds();
   protocol_->complete_pull();
-  times_.pull_s += now_seconds() - t0;
+  account(t0, times_.pull_s);
 }
 
 void WorkerExchange::pull_all(float* params) { pull(params, 0, plan_.total()).wait(); }
@@ -158,9 +160,7 @@ void WorkerExchange::step(const float* grad, float* params) {
   order_push(pushes);  // every block is complete afterwards (the whole space, once)
   protocol_->step(grad, pushes, params, chunks(0, plan_.total()), ++pushes_);
   for (auto& filled : block_filled_) std::fill(filled.begin(), filled.end(), 0);
-  const double waited = protocol_->take_wait_seconds();
-  times_.wait_s += waited;
-  times_.push_s += now_seconds() - t0 - waited;  // push and pull overlap: all of it counts as push
+  account(t0, times_.push_s);  // push and pull overlap: all of it counts as push
 }
 
 void WorkerExchange::finish() {

@@ -25,6 +25,9 @@ std::string fixed(double value, int decimals);
 // join({"a","b"}, ", ") == "a, b"
 std::string join(const std::vector<std::string>& parts, const std::string& sep);
 
+// split_list("a, b,,c", ',') == {"a", "b", "c"}: items without blanks, empty ones dropped.
+std::vector<std::string> split_list(const std::string& text, char sep);
+
 // Parses a non-negative integer; throws ConfigError naming `what` on anything else.
 long long parse_count(const std::string& text, const std::string& what);
 

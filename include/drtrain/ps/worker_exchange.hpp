@@ -102,6 +102,9 @@ class WorkerExchange {
   void complete_local(const std::vector<int>& targets);
   void complete_pull();
   void check_open(const char* what) const;
+  // Adds the time since t0 to `transfer` (push_s or pull_s), less what the protocol spent waiting
+  // for the PS, which goes to wait_s.
+  void account(double t0, double& transfer);
 
   const comm::Topology& topo_;
   ShardPlan plan_;
