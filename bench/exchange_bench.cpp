@@ -12,7 +12,9 @@
 //     ring allreduce's floor, 2 G (W-1) / W per worker node / R
 //   the drtrain exchange, for each sync scheme and gradient push (--schemes):
 //     passive (accumulate), ordered (passive + --grad-push ordered), fence (accumulate),
-//     passive-det and fence-det (--deterministic: per-worker slots)
+//     passive-det and fence-det (--deterministic: per-worker slots), passive-bf16 and fence-bf16
+//     (--wire bf16: half the bytes; the link floor stays the float32 one, so their ratio to it
+//     shows the saving)
 // Each exchange is validated (exact result of one SGD step) before it is timed. A timing is the
 // slowest worker's time for one step, after a worker barrier; the table shows the median over
 // --iters steps. Ends with one JSON line.
@@ -35,6 +37,7 @@
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/kernels/rules.hpp"
 #include "drtrain/ps/server.hpp"
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/cli_options.hpp"
@@ -48,6 +51,7 @@ struct Scheme {
   std::string name;
   ps::RmaSync sync;
   ps::GradPush push;
+  ps::Wire wire = ps::Wire::kFp32;
 };
 
 struct Options {
@@ -68,13 +72,15 @@ const std::vector<Scheme>& all_schemes() {
                                               {"ordered", RmaSync::kPassive, GradPush::kOrdered},
                                               {"fence", RmaSync::kFence, GradPush::kAccumulate},
                                               {"passive-det", RmaSync::kPassive, GradPush::kSlots},
-                                              {"fence-det", RmaSync::kFence, GradPush::kSlots}};
+                                              {"fence-det", RmaSync::kFence, GradPush::kSlots},
+                                              {"passive-bf16", RmaSync::kPassive, GradPush::kSlots, ps::Wire::kBf16},
+                                              {"fence-bf16", RmaSync::kFence, GradPush::kSlots, ps::Wire::kBf16}};
   return schemes;
 }
 
 std::optional<Options> parse(int argc, char** argv, bool print) {
   Options o;
-  std::string sizes = "1,4,16,64,256", schemes = "passive,ordered,fence,passive-det,fence-det";
+  std::string sizes = "1,4,16,64,256", schemes = "passive,ordered,fence,passive-det,fence-det,passive-bf16";
   po::options_description bench("Benchmark");
   bench.add_options()("help", "show this help")
       ("sizes-mib", po::value<std::string>(&sizes)->default_value(sizes), "gradient sizes, MiB, comma-separated")
@@ -104,7 +110,7 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
     const auto& known = all_schemes();
     auto it = std::find_if(known.begin(), known.end(), [&](const Scheme& s) { return s.name == name; });
     if (it == known.end())
-      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, ordered, fence, passive-det, fence-det"));
+      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, ordered, fence, passive-det, fence-det, passive-bf16, fence-bf16"));
     o.schemes.push_back(*it);
   }
   if (o.iters < 1 || o.warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
@@ -178,8 +184,9 @@ float expected_after_one_step(int workers, std::size_t i) {
 double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& scheme, std::size_t floats) {
   ps::ExchangeConfig config = o.exchange;
   config.sync = scheme.sync;
-  config.push = scheme.push;  // the scheme decides, whatever --grad-push/--deterministic said
+  config.push = scheme.push;  // the scheme decides, whatever --grad-push/--deterministic/--wire said
   config.deterministic = false;
+  config.wire = scheme.wire;
   const ps::ShardPlan plan = ps::ShardPlan::balanced(floats, topo.num_ps());
   if (topo.is_ps()) {
     ps::ParameterServer server(topo, plan, config, plain_sgd());
@@ -204,7 +211,10 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
   exchange.step(grad.data(), params.data());
   std::size_t bad = floats;
   for (std::size_t i = 0; i < floats && bad == floats; ++i)
-    if (params[i] != expected_after_one_step(topo.num_workers(), i)) bad = i;
+    if (params[i] != (scheme.wire == ps::Wire::kBf16 ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(
+                                                           expected_after_one_step(topo.num_workers(), i)))
+                                                     : expected_after_one_step(topo.num_workers(), i)))
+      bad = i;
   int ok = bad == floats;
   DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, topo.role_comm().get()));
   if (!ok) {

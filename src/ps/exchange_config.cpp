@@ -10,12 +10,15 @@ namespace {
 constexpr Choice<RmaSync> kSyncs[] = {{RmaSync::kPassive, "passive"}, {RmaSync::kFence, "fence"}};
 constexpr Choice<GradPush> kPushes[] = {
     {GradPush::kAccumulate, "accumulate"}, {GradPush::kOrdered, "ordered"}, {GradPush::kSlots, "slots"}};
+constexpr Choice<Wire> kWires[] = {{Wire::kFp32, "fp32"}, {Wire::kBf16, "bf16"}};
 }  // namespace
 
 RmaSync parse_rma_sync(const std::string& text) { return parse_choice(text, kSyncs, "--rma-sync"); }
 std::string to_string(RmaSync sync) { return choice_name(sync, kSyncs); }
 GradPush parse_grad_push(const std::string& text) { return parse_choice(text, kPushes, "--grad-push"); }
 std::string to_string(GradPush push) { return choice_name(push, kPushes); }
+Wire parse_wire(const std::string& text) { return parse_choice(text, kWires, "--wire"); }
+std::string to_string(Wire wire) { return choice_name(wire, kWires); }
 
 void ExchangeConfig::validate() const {
   if (chunk_bytes != 0 && (chunk_bytes < 4096 || chunk_bytes > (std::size_t{1} << 30)))
@@ -25,6 +28,9 @@ void ExchangeConfig::validate() const {
   if (deterministic && push == GradPush::kOrdered)
     throw ConfigError("--deterministic (per-worker slots) and --grad-push ordered are two different ways to "
                       "reproducible sums; pass one of them");
+  if (wire == Wire::kBf16 && push == GradPush::kOrdered)
+    throw ConfigError("--wire bf16 pushes into per-worker slots that the PS sums in float32 (MPI has no bfloat16 "
+                      "sum), which is already reproducible; drop --grad-push ordered");
   if (grad_push() == GradPush::kOrdered && sync != RmaSync::kPassive)
     throw ConfigError("--grad-push ordered needs --rma-sync passive (a fence epoch cannot order workers)");
   if (max_nap_us < 1) throw ConfigError(str("the poll nap must be at least 1 us (got ", max_nap_us, ")"));
@@ -32,7 +38,7 @@ void ExchangeConfig::validate() const {
 
 std::string ExchangeConfig::describe(int num_nodes) const {
   return str("rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
-             per_worker_slots() ? " (deterministic)" : "",
+             per_worker_slots() ? " (deterministic)" : "", ", wire ", to_string(wire),
              ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
              ", hang timeout ", hang_timeout_s, " s");

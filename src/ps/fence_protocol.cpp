@@ -61,7 +61,7 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     start_sequence(upload);
   }
 
-  void push(const float* grad, const std::vector<Chunk>& chunks, std::int64_t /*pushes*/) override {
+  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t /*pushes*/) override {
     close_reads();
     for (const Chunk& c : chunks) issue_gradient(window_, config_, topo_.role_index(), grad, c);
   }
@@ -80,7 +80,7 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     pushes_done_ = pushes;
   }
 
-  void pull(float* params, std::vector<Chunk> chunks, std::int64_t version) override {
+  void pull(void* params, std::vector<Chunk> chunks, std::int64_t version) override {
     if (reads_closed_for_ == version)
       throw Error(str(rank_tag(), ": under --rma-sync fence every pull of a step must be issued before the first "
                       "PullHandle::wait()"));
@@ -96,7 +96,7 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
   }
 
   // Fence epochs do not overlap: the pull epoch opens after every PS has applied.
-  void step(const float* grad, const std::vector<Chunk>& push_chunks, float* params, std::vector<Chunk> pull_chunks,
+  void step(const void* grad, const std::vector<Chunk>& push_chunks, void* params, std::vector<Chunk> pull_chunks,
             std::int64_t pushes) override {
     push(grad, push_chunks, pushes);
     finish_push(pushes);

@@ -114,7 +114,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     start_sequence(upload);
   }
 
-  void push(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) override {
+  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) override {
     complete_pull();
     push_chunks(grad, chunks, pushes, nullptr, nullptr);
   }
@@ -122,7 +122,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // Pushes, and after each announcement (a round trip to that PS anyway) reads that PS's versions
   // and Gets the blocks of the new version that are already published: the pull of the first
   // blocks overlaps the push of the last ones.
-  void step(const float* grad, const std::vector<Chunk>& push_list, float* params, std::vector<Chunk> pull_list,
+  void step(const void* grad, const std::vector<Chunk>& push_list, void* params, std::vector<Chunk> pull_list,
             std::int64_t pushes) override {
     complete_pull();
     push_chunks(grad, push_list, pushes, params, &pull_list);
@@ -149,7 +149,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // others are already on their way. Every block left is checked against known versions; when
   // none is ready, each PS's versions are read once, and only then does the worker wait (for the
   // first block left, which times out with a message naming the PS).
-  void pull(float* params, std::vector<Chunk> left, std::int64_t version) override {
+  void pull(void* params, std::vector<Chunk> left, std::int64_t version) override {
     const auto ready = [&](const Chunk& c) { return known_version(c.ps, c.block) >= version; };
     while (!left.empty()) {
       auto split = std::stable_partition(left.begin(), left.end(), ready);
@@ -195,7 +195,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // Issues `chunks` of push number `pushes`, announcing each block once complete. With
   // `early_pulls`: after each announcement, Gets the chunks of that PS's blocks that are already
   // at version pushes + 1, and removes them from the list.
-  void push_chunks(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, float* params,
+  void push_chunks(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, void* params,
                    std::vector<Chunk>* early_pulls) {
     const int me = topo_.role_index();
     const bool ordered = config_.grad_push() == GradPush::kOrdered;
@@ -211,7 +211,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
 
   // Gets the chunks of PS `ps` in `left` whose blocks are published at `version` (one read of
   // that PS's versions), and removes them from `left`.
-  void pull_published(float* params, std::vector<Chunk>& left, int ps, std::int64_t version) {
+  void pull_published(void* params, std::vector<Chunk>& left, int ps, std::int64_t version) {
     refresh_versions(ps);
     auto split = std::stable_partition(left.begin(), left.end(), [&](const Chunk& c) {
       return !(c.ps == ps && known_version(c.ps, c.block) >= version);
@@ -221,7 +221,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   }
 
   // MPI_Rgets of [begin, end), remembered (with their PS) until complete_pull().
-  void get_chunks(float* params, std::vector<Chunk>::const_iterator begin, std::vector<Chunk>::const_iterator end) {
+  void get_chunks(void* params, std::vector<Chunk>::const_iterator begin, std::vector<Chunk>::const_iterator end) {
     for (auto it = begin; it != end; ++it) gets_ps_.push_back(it->ps);
     issue_gets(window_, params, begin, end, &gets_);
   }

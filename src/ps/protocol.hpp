@@ -27,6 +27,8 @@
 namespace drt::ps {
 
 // One RMA operation: `count` elements from flat index offset + at, inside one block of one PS.
+// Gradient and parameter buffers hold wire elements (ShardLayout::wire_bytes(): float32, or bf16
+// bits under --wire bf16); the chief's upload is always float32.
 struct Chunk {
   int ps;
   int block;
@@ -46,20 +48,20 @@ class WorkerProtocol {
   virtual void start(const float* initial, const std::vector<Chunk>& all) = 0;
   // Issues the gradient chunks of push number `pushes` (completing any pull still open) and
   // announces blocks as they complete; may return before the data has left (see complete_local).
-  virtual void push(const float* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) = 0;
+  virtual void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) = 0;
   // Returns once the buffers of the pushes to `targets` may be reused.
   virtual void complete_local(const std::vector<int>& targets) = 0;
   // Every chunk of push `pushes` has been issued: announce what is left.
   virtual void finish_push(std::int64_t pushes) = 0;
   // Issues Gets of `chunks` at version `version` (waiting for each block's publication).
-  virtual void pull(float* params, std::vector<Chunk> chunks, std::int64_t version) = 0;
+  virtual void pull(void* params, std::vector<Chunk> chunks, std::int64_t version) = 0;
   // The Gets issued since the last completion are in the caller's buffers.
   virtual void complete_pull() = 0;
   // A whole step: push(push_chunks), finish_push(pushes), pull(pull_chunks, pushes + 1) and
   // complete_pull(), with as much overlap as the mode allows (passive: Gets of blocks already
   // published go out while later blocks are still being pushed, so both directions of the
   // links carry data at once).
-  virtual void step(const float* grad, const std::vector<Chunk>& push_chunks, float* params,
+  virtual void step(const void* grad, const std::vector<Chunk>& push_chunks, void* params,
                     std::vector<Chunk> pull_chunks, std::int64_t pushes) = 0;
   // Leaves the exchange; the PS stop serving once every worker has left.
   virtual void depart() = 0;
@@ -107,15 +109,17 @@ std::unique_ptr<ServerProtocol> make_fence_server(const comm::Topology& topo, Sh
 
 // Shared by both: the MPI operation that delivers a gradient chunk (MPI_Put into the worker's
 // slot, or the ordered push's worker 0; MPI_Accumulate(MPI_SUM) into the sum otherwise).
-void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int worker, const float* grad,
+void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int worker, const void* grad,
                     const Chunk& c);
 // The chief's MPI_Puts of the initial parameters.
 void issue_upload(const ShardWindow& window, const float* initial, const std::vector<Chunk>& all);
-// MPI_Gets of parameter chunks; with `requests`, MPI_Rgets (passive target only) whose requests
+// The MPI datatype of a wire element.
+MPI_Datatype wire_type(const ShardLayout& layout);
+// MPI_Gets of parameter chunks (ShardLayout::wire_params); with `requests`, MPI_Rgets (passive target only) whose requests
 // are appended there. Request-based Gets leave at once on every path (osc/pt2pt would otherwise
 // hold a small Get request in its send buffer until the next flush), and can be waited on with
 // MPI_Testall and naps instead of a flush that spins.
-void issue_gets(const ShardWindow& window, float* params, std::vector<Chunk>::const_iterator begin,
+void issue_gets(const ShardWindow& window, void* params, std::vector<Chunk>::const_iterator begin,
                 std::vector<Chunk>::const_iterator end, std::vector<MPI_Request>* requests = nullptr);
 
 }  // namespace drt::ps

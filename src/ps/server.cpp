@@ -7,6 +7,7 @@
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/kernels/reference.hpp"
 #include "protocol.hpp"
 
 namespace drt::ps {
@@ -20,19 +21,23 @@ constexpr std::size_t kApplyBlock = 4096;
 constexpr std::size_t kProgressEveryBytes = std::size_t{1} << 20;
 }  // namespace
 
-std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool per_worker_slots,
+std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const ExchangeConfig& config,
                             const optim::OptimizerConfig& optimizer) {
-  const std::size_t grad_copies = per_worker_slots ? static_cast<std::size_t>(num_workers) : 1;
-  return 4 * shard_size * (1 + grad_copies + static_cast<std::size_t>(optimizer.num_slots()));
+  const std::size_t grad_copies = config.per_worker_slots() ? static_cast<std::size_t>(num_workers) : 1;
+  const std::size_t wire = config.wire_bytes();
+  const std::size_t published_copy = wire == 4 ? 0 : wire;  // the bf16 parameters next to the master
+  return shard_size * (4 + published_copy + wire * grad_copies + 4 * static_cast<std::size_t>(optimizer.num_slots()));
 }
 
 std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const ExchangeConfig& config,
                                const optim::OptimizerConfig& optimizer) {
-  std::string out = str("PS memory (params + ", config.per_worker_slots() ? str(num_workers, " gradient slots") : std::string("gradient sum"),
+  std::string out = str("PS memory (params", config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
+                        config.per_worker_slots() ? str(num_workers, config.wire == Wire::kBf16 ? " bf16" : "", " gradient slots")
+                                                  : std::string("gradient sum"),
                         " + ", optimizer.num_slots(), " optimizer slot(s)):");
   for (int p = 0; p < plan.num_shards(); ++p)
     out += str(" PS ", p, " ", human_bytes(static_cast<double>(
-                                   ps_memory_bytes(plan.shard(p).size(), num_workers, config.per_worker_slots(), optimizer))),
+                                   ps_memory_bytes(plan.shard(p).size(), num_workers, config, optimizer))),
                p + 1 < plan.num_shards() ? "," : "");
   return out;
 }
@@ -47,7 +52,7 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       window_(topo, plan, config),
       protocol_(make_server_protocol(topo, window_, config)),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
-      slot_sum_(config.per_worker_slots() && topo.num_workers() > 1 ? kApplyBlock : 0) {}
+      slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -59,6 +64,8 @@ void ParameterServer::start() {
   protocol_->start();
   std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
+  if (config_.wire == Wire::kBf16)  // the uploaded or restored parameters, as workers will pull them
+    kernels::ref::float_to_bf16(params(), window_.local_bf16(layout().wire_params(0)), range_.size());
   protocol_->publish(all, 1);
 }
 
@@ -100,37 +107,48 @@ void ParameterServer::apply_block(int block) {
   const ShardLayout& geometry = layout();
   const int workers = topo_.num_workers();
   const float scale = 1.0f / static_cast<float>(workers);
-  const bool sum_slots = config_.per_worker_slots() && workers > 1;
+  const bool bf16 = config_.wire == Wire::kBf16;
+  const bool sum_slots = config_.per_worker_slots() && (workers > 1 || bf16);
   // Only the accumulate push needs a zeroed sum; ordered starts each step with worker 0's Put.
   const bool zero_sum = config_.grad_push() == GradPush::kAccumulate;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* params = window_.local(geometry.params(begin));
-  float* grads = window_.local(geometry.grad(0, begin));  // the sum, or worker 0's slot
+  // bf16 wire: the slots and the published copy hold bf16 bits.
+  std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
-    const float* grad = grads + b;
+    const float* grad = bf16 ? nullptr : window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's slot
     if (sum_slots) {
-      // Fixed order ((g0 + g1) + g2) + ...: bitwise the same whatever order pushes arrived in.
+      // Fixed order ((g0 + g1) + g2) + ... in float32: bitwise the same whatever order pushes
+      // arrived in.
       float* sum = slot_sum_.data();
-      std::memcpy(sum, grad, n * sizeof(float));
-      for (int w = 1; w < workers; ++w) {
-        const float* slot = window_.local(geometry.grad(w, begin)) + b;
-        for (std::size_t i = 0; i < n; ++i) sum[i] += slot[i];
+      if (bf16) {
+        kernels::ref::bf16_to_float(window_.local_bf16(geometry.grad(0, begin)) + b, sum, n);
+        for (int w = 1; w < workers; ++w) {
+          const std::uint16_t* slot = window_.local_bf16(geometry.grad(w, begin)) + b;
+          for (std::size_t i = 0; i < n; ++i) sum[i] += kernels::bf16_bits_to_float(slot[i]);
+        }
+      } else {
+        std::memcpy(sum, grad, n * sizeof(float));
+        for (int w = 1; w < workers; ++w) {
+          const float* slot = window_.local(geometry.grad(w, begin)) + b;
+          for (std::size_t i = 0; i < n; ++i) sum[i] += slot[i];
+        }
       }
       grad = sum;
     }
     optimizer_->update(begin + b, n, params + b, grad, scale);
-    if (zero_sum) std::memset(grads + b, 0, n * sizeof(float));
+    if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
+    if (zero_sum) std::memset(window_.local(geometry.grad(0, begin)) + b, 0, n * sizeof(float));
     pacer.advance(n * sizeof(float));
   }
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
 }
 
 std::size_t ParameterServer::memory_bytes() const {
-  return ps_memory_bytes(range_.size(), topo_.num_workers(), config_.per_worker_slots(),
-                         optimizer_->config());
+  return ps_memory_bytes(range_.size(), topo_.num_workers(), config_, optimizer_->config());
 }
 
 }  // namespace drt::ps

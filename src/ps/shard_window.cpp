@@ -37,7 +37,7 @@ void require_unified(const std::vector<const comm::Window*>& windows, const comm
 }  // namespace
 
 ShardLayout::ShardLayout(std::size_t shard_size, std::size_t block_elems, int num_workers, int stripes,
-                         bool per_worker_slots, bool single_data_window)
+                         bool per_worker_slots, bool single_data_window, std::size_t wire_bytes)
     : shard_size_(shard_size),
       block_elems_(std::max<std::size_t>(1, std::min(block_elems, shard_size))),
       num_workers_(num_workers),
@@ -45,8 +45,13 @@ ShardLayout::ShardLayout(std::size_t shard_size, std::size_t block_elems, int nu
       num_blocks_(static_cast<int>(std::max<std::size_t>(1, (shard_size + block_elems_ - 1) / block_elems_))),
       slots_(per_worker_slots),
       single_(single_data_window),
-      grads_offset_(static_cast<MPI_Aint>(align64(4 * shard_size))) {
+      wire_bytes_(wire_bytes),
+      copy_offset_(static_cast<MPI_Aint>(align64(4 * shard_size))),
+      params_bytes_(wire_bytes == 4 ? static_cast<MPI_Aint>(4 * shard_size)
+                                    : copy_offset_ + static_cast<MPI_Aint>(wire_bytes * shard_size)),
+      grads_offset_(static_cast<MPI_Aint>(align64(static_cast<std::size_t>(params_bytes_)))) {
   DRT_ASSERT(stripes_ >= 1 && (!single_ || stripes_ == 1) && (!slots_ || stripes_ == 1), "stripe layout");
+  DRT_ASSERT(wire_bytes == 4 || (wire_bytes == 2 && slots_), "a 16-bit wire needs per-worker slots");
 }
 
 std::size_t ShardLayout::block_begin(int b) const { return std::min(shard_size_, static_cast<std::size_t>(b) * block_elems_); }
@@ -57,9 +62,14 @@ std::size_t ShardLayout::block_size(int b) const {
 
 WindowSpot ShardLayout::params(std::size_t element) const { return {0, static_cast<MPI_Aint>(4 * element)}; }
 
+WindowSpot ShardLayout::wire_params(std::size_t element) const {
+  if (wire_bytes_ == 4) return params(element);
+  return {0, copy_offset_ + static_cast<MPI_Aint>(wire_bytes_ * element)};
+}
+
 WindowSpot ShardLayout::grad(int worker, std::size_t element) const {
   if (slots_) {
-    const std::size_t at = 4 * (static_cast<std::size_t>(worker) * shard_size_ + element);
+    const std::size_t at = wire_bytes_ * (static_cast<std::size_t>(worker) * shard_size_ + element);
     return single_ ? WindowSpot{0, grads_offset_ + static_cast<MPI_Aint>(at)} : WindowSpot{1, static_cast<MPI_Aint>(at)};
   }
   if (single_) return {0, grads_offset_ + static_cast<MPI_Aint>(4 * element)};
@@ -71,10 +81,10 @@ WindowSpot ShardLayout::grad(int worker, std::size_t element) const {
 }
 
 std::size_t ShardLayout::data_window_bytes(int window) const {
-  const std::size_t grad_floats = shard_size_ * (slots_ ? static_cast<std::size_t>(num_workers_) : 1);
-  if (single_) return static_cast<std::size_t>(grads_offset_) + 4 * grad_floats;
-  if (window == 0) return 4 * shard_size_;
-  if (slots_) return 4 * grad_floats;
+  const std::size_t grad_elems = shard_size_ * (slots_ ? static_cast<std::size_t>(num_workers_) : 1);
+  if (single_) return static_cast<std::size_t>(grads_offset_) + wire_bytes_ * grad_elems;
+  if (window == 0) return static_cast<std::size_t>(params_bytes_);
+  if (slots_) return wire_bytes_ * grad_elems;
   std::size_t floats = 0;  // the blocks of this stripe
   for (int b = window - 1; b < num_blocks_; b += stripes_) floats += block_size(b);
   return 4 * floats;
@@ -90,7 +100,7 @@ ShardWindow::ShardWindow(const comm::Topology& topo, const ShardPlan& plan, cons
   const std::size_t chunk = config.chunk_bytes_for(topo.num_nodes()) / sizeof(float);
   for (int p = 0; p < plan.num_shards(); ++p) {
     const std::size_t size = plan.shard(p).size();
-    layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, slots, fence);
+    layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, slots, fence, config.wire_bytes());
   }
   if (topo.is_ps()) my_ps_ = topo.role_index();
   const int windows = fence ? 1 : 1 + stripes;

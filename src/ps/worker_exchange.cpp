@@ -6,6 +6,7 @@
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/kernels/reference.hpp"
 #include "protocol.hpp"
 
 namespace drt::ps {
@@ -30,6 +31,10 @@ WorkerExchange::WorkerExchange(const comm::Topology& topo, const ShardPlan& plan
   DRT_ASSERT(topo.is_worker(), "WorkerExchange on a PS rank");
   for (int p = 0; p < plan.num_shards(); ++p)
     block_filled_.emplace_back(static_cast<std::size_t>(window_.layout(p).num_blocks()), 0);
+  if (bf16_wire()) {
+    grad_wire_.resize(plan.total());
+    params_wire_.resize(plan.total());
+  }
 }
 
 WorkerExchange::~WorkerExchange() = default;
@@ -96,7 +101,7 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   const double t0 = now_seconds();
   std::vector<Chunk> list = chunks(offset, count);
   order_push(list);
-  protocol_->push(grad, list, pushes_ + 1);
+  protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1);
   pushed_elements_ += count;
   PushHandle handle;
   handle.owner_ = this;
@@ -137,7 +142,12 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
     throw Error(str(rank_tag(), ": pull of [", offset, ", ", offset + count, ") outside the ", plan_.total(),
                     "-element parameter space"));
   const double t0 = now_seconds();
-  protocol_->pull(params, chunks(offset, count), pushes_ + 1);
+  void* into = params;
+  if (bf16_wire()) {  // converted in complete_pull()
+    into = params_wire_.data() + offset;
+    pending_.push_back({params, offset, count});
+  }
+  protocol_->pull(into, chunks(offset, count), pushes_ + 1);
   account(t0, times_.pull_s);
   PullHandle handle;
   handle.owner_ = this;
@@ -147,7 +157,15 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
 void WorkerExchange::complete_pull() {
   const double t0 = now_seconds();
   protocol_->complete_pull();
+  for (const PendingPull& p : pending_) kernels::ref::bf16_to_float(params_wire_.data() + p.offset, p.params, p.count);
+  pending_.clear();
   account(t0, times_.pull_s);
+}
+
+const void* WorkerExchange::to_wire(const float* grad, std::size_t offset, std::size_t count) {
+  if (!bf16_wire()) return grad;
+  kernels::ref::float_to_bf16(grad, grad_wire_.data() + offset, count);
+  return grad_wire_.data() + offset;
 }
 
 void WorkerExchange::pull_all(float* params) { pull(params, 0, plan_.total()).wait(); }
@@ -158,7 +176,9 @@ void WorkerExchange::step(const float* grad, float* params) {
   const double t0 = now_seconds();
   std::vector<Chunk> pushes = chunks(0, plan_.total());
   order_push(pushes);  // every block is complete afterwards (the whole space, once)
-  protocol_->step(grad, pushes, params, chunks(0, plan_.total()), ++pushes_);
+  void* into = bf16_wire() ? static_cast<void*>(params_wire_.data()) : params;
+  protocol_->step(to_wire(grad, 0, plan_.total()), pushes, into, chunks(0, plan_.total()), ++pushes_);
+  if (bf16_wire()) kernels::ref::bf16_to_float(params_wire_.data(), params, plan_.total());
   for (auto& filled : block_filled_) std::fill(filled.begin(), filled.end(), 0);
   account(t0, times_.push_s);  // push and pull overlap: all of it counts as push
 }

@@ -40,6 +40,9 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
        "per-worker gradient slots summed in worker order: bitwise reproducible whatever the "
        "arrival order; W x gradient memory on each PS (same as --grad-push slots); on GPUs also only "
        "deterministic cuDNN algorithms")
+      ("wire", choice(out.wire, ps::to_string(out.wire), ps::parse_wire),
+       "number format on the network: fp32 | bf16 (gradients and parameters as bfloat16, half the bytes; "
+       "per-worker gradient slots summed in float32 on the PS, which keeps float32 master parameters)")
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
        "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB; 0 = by layout: 1024 on one "

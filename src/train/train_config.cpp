@@ -112,7 +112,7 @@ std::string TrainConfig::to_ini() const {
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps << "\nps-placement = " << comm::to_string(layout.placement)
     << "\nexpect-ranks = " << layout.expect_ranks
     << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
-    << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
+    << "\ndeterministic = " << (exchange.deterministic ? "true" : "false") << "\nwire = " << ps::to_string(exchange.wire)
     << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << exchange.hang_timeout_s
     << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
     << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")

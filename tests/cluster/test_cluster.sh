@@ -9,6 +9,8 @@
 #                         checkpoint must be bitwise equal to the same job on one host. OSC
 #                         (Open MPI only): "default" leaves OMPI_MCA_osc unset (the system's
 #                         configuration, and drtrain's choice), otherwise OMPI_MCA_osc=OSC.
+#            train-bf16   the same with --wire bf16 (16-bit Puts and Gets), bitwise equal to
+#                         the single-host run with --wire bf16.
 #            no-window    Open MPI with OMPI_MCA_osc=rdma (cannot run over TCP in Open MPI 4):
 #                         every rank must stop at once with a message that says what to set.
 #            kill-node    every rank of node 2 is killed (SIGKILL) mid-run: the job must end
@@ -22,6 +24,8 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 test_case=${case_spec%%:*}
 osc=${case_spec#*:}; [ "$osc" = "$case_spec" ] && osc=default
+wire=fp32
+if [ "$test_case" = train-bf16 ]; then test_case=train; wire=bf16; fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -33,7 +37,7 @@ if [ "${DRT_CLUSTER_TEST_INNER:-}" = 1 ]; then
       [ "$osc" != default ] && export OMPI_MCA_osc=$osc
       rm -rf "$work/cluster-ckpt"
       DRT_LOG_LEVEL=debug "$here/cluster_mpirun.sh" "$mpi" --env DRT_LOG_LEVEL -- "${job[@]}" --deterministic \
-        --max-steps 30 --hang-timeout 60 --checkpoint-dir "$work/cluster-ckpt" > "$work/cluster.log" 2>&1 \
+        --wire "$wire" --max-steps 30 --hang-timeout 60 --checkpoint-dir "$work/cluster-ckpt" > "$work/cluster.log" 2>&1 \
         || { cat "$work/cluster.log"; fail "the job across 2 nodes failed"; }
       cat "$work/cluster.log"
       ;;
@@ -85,7 +89,7 @@ if [ "$test_case" = train ]; then
   # The same job on one host (dedicated PS ranks 0 and 1; roles are numbered the same way).
   rm -rf "$work/host-ckpt"
   "$launcher" -n 4 "${flags[@]}" "$bin/drtrain" --num-ps 2 --ps-placement first --threads 1 --eval false \
-    --batch-size 64 --deterministic --max-steps 30 --checkpoint-dir "$work/host-ckpt" > "$work/host.log" 2>&1 \
+    --batch-size 64 --deterministic --wire "$wire" --max-steps 30 --checkpoint-dir "$work/host-ckpt" > "$work/host.log" 2>&1 \
     || { cat "$work/host.log"; fail "the single-host reference job failed"; }
 fi
 
@@ -106,7 +110,8 @@ case $test_case in
     a=$(ls "$work/cluster-ckpt"/ckpt-*.h5 | tail -1)
     b=$(ls "$work/host-ckpt"/ckpt-*.h5 | tail -1)
     "$bin/drtrain-ckpt" diff "$a" "$b" || fail "$a differs from the single-host run's $b"
-    echo "PASS: 2 nodes ($mpi, osc $osc): final checkpoint bitwise equal to the single-host run"
+    grep -q "wire $wire" "$log" || fail "the chief should report 'wire $wire' in the exchange set-up"
+    echo "PASS: 2 nodes ($mpi, osc $osc, wire $wire): final checkpoint bitwise equal to the single-host run"
     ;;
   no-window)
     grep -q "exit status 124" "$log" && fail "the job hung instead of stopping"

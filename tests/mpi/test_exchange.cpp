@@ -1,7 +1,9 @@
 // The synchronous exchange under real mpiexec: after several steps every worker holds exactly
 // what a float64 reference computes locally from the same gradients; integer-valued gradients
 // give exact results; deterministic mode is bitwise reproducible and matches a float32
-// rank-ordered reference; per-bucket pushes and per-range pulls equal whole-buffer ones.
+// rank-ordered reference; per-bucket pushes and per-range pulls equal whole-buffer ones; with
+// --wire bf16 the PS's float32 master equals a float64 reference fed the bf16-rounded gradients
+// and workers hold its bf16 rounding.
 // Run as: mpiexec -n P+W test_exchange --num-ps P
 #include <gtest/gtest.h>
 
@@ -11,6 +13,7 @@
 
 #include "drtrain/comm/topology.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/kernels/rules.hpp"
 #include "drtrain/ps/server.hpp"
 #include "drtrain/ps/worker_exchange.hpp"
 #include "support/mpi_test.hpp"
@@ -33,6 +36,7 @@ float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
 struct Case {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;
+  Wire wire = Wire::kFp32;
   std::size_t size = 1000;
   bool integer_grads = false;
   bool buckets = false;  // push/pull in uneven buckets, last bucket first
@@ -41,7 +45,7 @@ struct Case {
   std::size_t chunk_bytes = 4096;  // many chunks even for small sizes
 
   std::string name() const {
-    return str(to_string(sync), "+", to_string(push), " n=", size, integer_grads ? " int" : "",
+    return str(to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "", " n=", size, integer_grads ? " int" : "",
                buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
   }
 };
@@ -57,13 +61,20 @@ float gradient(const Case& c, int workers, int step, int worker, std::size_t i) 
   return uniform(2 + std::uint64_t(step), std::uint64_t(worker), i);
 }
 
-ServerStats g_last_server_stats;  // PS: the stats of the last run_exchange
+// What a worker's gradient is on the PS: itself, or its bf16 rounding under --wire bf16.
+float on_wire(const Case& c, float x) {
+  return c.wire == Wire::kBf16 ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(x)) : x;
+}
+
+ServerStats g_last_server_stats;   // PS: the stats of the last run_exchange
+std::vector<float> g_last_master;  // PS: its shard of the float32 master parameters after it
 
 // Runs the case on this rank. Workers return their parameters after the last step.
 std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
   ExchangeConfig config;
   config.sync = c.sync;
   config.push = c.push;
+  config.wire = c.wire;
   config.chunk_bytes = c.chunk_bytes;
   config.hang_timeout_s = 60;
   const ShardPlan plan = ShardPlan::balanced(c.size, topo.num_ps());
@@ -72,6 +83,7 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
     server.start();
     EXPECT_EQ(server.serve(), c.steps);
     g_last_server_stats = server.stats();
+    g_last_master.assign(server.params(), server.params() + plan.shard(topo.role_index()).size());
     return {};
   }
   WorkerExchange exchange(topo, plan, config);
@@ -107,7 +119,7 @@ std::vector<double> float64_reference(const Case& c, int workers) {
   for (int s = 0; s < c.steps; ++s) {
     for (std::size_t i = 0; i < c.size; ++i) {
       double sum = 0.0;
-      for (int w = 0; w < workers; ++w) sum += gradient(c, workers, s, w, i);
+      for (int w = 0; w < workers; ++w) sum += on_wire(c, gradient(c, workers, s, w, i));
       mean[i] = sum / workers;
     }
     ref.step(mean);
@@ -116,19 +128,20 @@ std::vector<double> float64_reference(const Case& c, int workers) {
 }
 
 // What the PS computes in deterministic mode, in float32: slots summed in worker order, then
-// drtrain's optimizer.
+// drtrain's optimizer; what workers pull (bf16-rounded under --wire bf16).
 std::vector<float> rank_ordered_float32_reference(const Case& c, int workers) {
   std::vector<float> params(c.size), sum(c.size);
   for (std::size_t i = 0; i < c.size; ++i) params[i] = initial_param(c, i);
   auto optimizer = optim::make_optimizer(c.optimizer, c.size);
   for (int s = 0; s < c.steps; ++s) {
     for (std::size_t i = 0; i < c.size; ++i) {
-      sum[i] = gradient(c, workers, s, 0, i);
-      for (int w = 1; w < workers; ++w) sum[i] += gradient(c, workers, s, w, i);
+      sum[i] = on_wire(c, gradient(c, workers, s, 0, i));
+      for (int w = 1; w < workers; ++w) sum[i] += on_wire(c, gradient(c, workers, s, w, i));
     }
     optimizer->begin_step(s);
     optimizer->update(0, c.size, params.data(), sum.data(), 1.0f / static_cast<float>(workers));
   }
+  for (float& p : params) p = on_wire(c, p);
   return params;
 }
 
@@ -174,10 +187,14 @@ std::vector<std::size_t> sizes() { return {1, 7, 1000, 100003}; }
 struct Mode {
   RmaSync sync;
   GradPush push;
+  Wire wire = Wire::kFp32;
 };
 const Mode kAllModes[] = {{RmaSync::kPassive, GradPush::kAccumulate}, {RmaSync::kPassive, GradPush::kOrdered},
                           {RmaSync::kPassive, GradPush::kSlots},      {RmaSync::kFence, GradPush::kAccumulate},
                           {RmaSync::kFence, GradPush::kSlots}};
+// --wire bf16 (always per-worker slots).
+const Mode kBf16Modes[] = {{RmaSync::kPassive, GradPush::kSlots, Wire::kBf16},
+                           {RmaSync::kFence, GradPush::kSlots, Wire::kBf16}};
 
 // Worker-side comparison of the parameters with a reference; returns "" or what differs.
 template <typename Ref>
@@ -209,12 +226,16 @@ TEST_F(Exchange, MatchesFloat64Reference) {
       }
 }
 
+// Integers up to 256 are exact in bf16 too: the 16-bit wire must be exact here as well.
 TEST_F(Exchange, IntegerGradientsAreExact) {
-  for (const Mode& mode : kAllModes)
+  std::vector<Mode> modes(std::begin(kAllModes), std::end(kAllModes));
+  modes.insert(modes.end(), std::begin(kBf16Modes), std::end(kBf16Modes));
+  for (const Mode& mode : modes)
     for (bool buckets : {false, true}) {
       Case c;
       c.sync = mode.sync;
       c.push = mode.push;
+      c.wire = mode.wire;
       c.size = 100003;
       c.integer_grads = true;
       c.buckets = buckets;
@@ -230,13 +251,14 @@ TEST_F(Exchange, IntegerGradientsAreExact) {
 // both equal a float32 reference that sums in worker order.
 TEST_F(Exchange, WorkerOrderSumsAreBitwiseReproducible) {
   const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots}, {RmaSync::kFence, GradPush::kSlots},
-                        {RmaSync::kPassive, GradPush::kOrdered}};
+                        {RmaSync::kPassive, GradPush::kOrdered}, kBf16Modes[0], kBf16Modes[1]};
   for (const Mode& mode : modes)
     for (std::size_t n : {std::size_t{7}, std::size_t{100003}})
       for (bool buckets : {false, true}) {
         Case c;
         c.sync = mode.sync;
         c.push = mode.push;
+        c.wire = mode.wire;
         c.size = n;
         c.buckets = buckets;
         // Momentum SGD passes every rounding difference of the sum on to the parameters (Adam's
@@ -258,11 +280,12 @@ TEST_F(Exchange, WorkerOrderSumsAreBitwiseReproducible) {
 
 TEST_F(Exchange, BucketsEqualWholeBuffer) {
   const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots}, {RmaSync::kFence, GradPush::kSlots},
-                        {RmaSync::kPassive, GradPush::kOrdered}};
+                        {RmaSync::kPassive, GradPush::kOrdered}, kBf16Modes[0], kBf16Modes[1]};
   for (const Mode& mode : modes) {
     Case c;
     c.sync = mode.sync;
     c.push = mode.push;  // bitwise comparable
+    c.wire = mode.wire;
     c.size = 100003;
     c.optimizer = momentum_sgd();
     const std::vector<float> whole = run_exchange(*topo_, c);
@@ -271,6 +294,45 @@ TEST_F(Exchange, BucketsEqualWholeBuffer) {
     const bool same = topo_->is_ps() || whole == bucketed;
     ASSERT_TRUE(testing::all_ranks(same, c.name() + ": bucketed push/pull differs")) << c.name();
   }
+}
+
+// --wire bf16: the PS's float32 master follows a float64 reference fed the bf16 roundings of the
+// workers' gradients (as tight as the float32 wire's check: a PS that summed unrounded gradients
+// would be off by about lr * 2^-9 * |g|, far beyond it), and workers hold exactly bf16 values
+// within half a bf16 spacing of that reference (2^-8 relative; the float32-vs-float64 difference
+// of the master may tip a rounding).
+TEST_F(Exchange, Bf16WireMatchesRoundedFloat64Reference) {
+  for (const Mode& mode : kBf16Modes)
+    for (std::size_t n : sizes())
+      for (const auto& opt : {momentum_sgd(), nesterov_with_decay()}) {
+        Case c;
+        c.sync = mode.sync;
+        c.push = mode.push;
+        c.wire = mode.wire;
+        c.size = n;
+        c.optimizer = opt;
+        const std::vector<float> got = run_exchange(*topo_, c);
+        const std::vector<double> want = float64_reference(c, topo_->num_workers());
+        std::string detail;
+        if (topo_->is_ps()) {
+          const ShardRange mine = ShardPlan::balanced(n, topo_->num_ps()).shard(topo_->role_index());
+          for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i) {
+            const double ref = want[mine.begin + i];
+            if (!(std::abs(g_last_master[i] - ref) <= 1e-6 * std::max(1.0, std::abs(ref))))
+              detail = str(c.name(), ": master element ", mine.begin + i, " is ", g_last_master[i], ", reference ", ref);
+          }
+        } else {
+          for (std::size_t i = 0; i < n && detail.empty(); ++i) {
+            const double ref = want[i];
+            if (on_wire(c, got[i]) != got[i])
+              detail = str(c.name(), ": pulled element ", i, " = ", got[i], " is not a bf16 value");
+            else if (!(std::abs(got[i] - ref) <= 0x1p-8 * std::abs(ref) + 1e-6 * std::max(1.0, std::abs(ref))))
+              detail = str(c.name(), ": pulled element ", i, " is ", got[i], ", reference ", ref, " (bf16 ",
+                           on_wire(c, static_cast<float>(ref)), ")");
+          }
+        }
+        ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
+      }
 }
 
 // A PS applying a large block gives MPI a turn of progress about every MiB (comm/progress.hpp):

@@ -123,11 +123,16 @@ namespace {
 
 TEST(PsMemory, CountsParamsGradientsAndSlots) {
   optim::OptimizerConfig momentum;  // sgd with momentum 0.9: one slot
-  EXPECT_EQ(ps_memory_bytes(1000, 2, false, momentum), 4u * 1000 * 3);
-  EXPECT_EQ(ps_memory_bytes(1000, 2, true, momentum), 4u * 1000 * 4);  // two gradient slots
+  ExchangeConfig sum, slots, bf16;
+  slots.deterministic = true;
+  bf16.wire = Wire::kBf16;
+  EXPECT_EQ(ps_memory_bytes(1000, 2, sum, momentum), 4u * 1000 * 3);
+  EXPECT_EQ(ps_memory_bytes(1000, 2, slots, momentum), 4u * 1000 * 4);  // two gradient slots
+  // float32 master + momentum, a bf16 copy and two bf16 slots
+  EXPECT_EQ(ps_memory_bytes(1000, 2, bf16, momentum), 4u * 1000 * 2 + 2u * 1000 * 3);
   optim::OptimizerConfig adam;
   adam.kind = optim::OptimizerKind::kAdam;
-  EXPECT_EQ(ps_memory_bytes(1000, 3, false, adam), 4u * 1000 * 4);
+  EXPECT_EQ(ps_memory_bytes(1000, 3, sum, adam), 4u * 1000 * 4);
   const std::string text = describe_ps_memory(ShardPlan::balanced(3000, 2), 3, ExchangeConfig{}, adam);
   // Shards of 1504 and 1496 elements (boundary aligned to 16), 16 bytes each.
   EXPECT_NE(text.find("PS 0 23.50 KiB, PS 1 23.38 KiB"), std::string::npos) << text;

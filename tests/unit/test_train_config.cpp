@@ -48,6 +48,12 @@ TEST(TrainConfig, DefaultsAndFlags) {
   EXPECT_EQ(c.towers, 2);
   EXPECT_EQ(c.optimizer.schedule.kind, optim::LrScheduleKind::kCosine);
   EXPECT_TRUE(c.exchange.per_worker_slots());
+  EXPECT_EQ(d.exchange.wire, ps::Wire::kFp32);
+  EXPECT_EQ(d.exchange.wire_bytes(), 4u);
+  const TrainConfig w = *parse({"--wire", "bf16"});
+  EXPECT_EQ(w.exchange.wire, ps::Wire::kBf16);
+  EXPECT_EQ(w.exchange.wire_bytes(), 2u);
+  EXPECT_TRUE(w.exchange.per_worker_slots());  // MPI has no bf16 sum: slots summed on the PS
 }
 
 TEST(TrainConfig, ConfigFileAndCommandLineWins) {
@@ -61,18 +67,22 @@ TEST(TrainConfig, ConfigFileAndCommandLineWins) {
 
 TEST(TrainConfig, PrintConfigRoundTrips) {
   const TrainConfig c = *parse({"--model", "mlp:784-64-10", "--batch-size", "96", "--optimizer", "adam",
-                                "--beta2", "0.99", "--rma-sync", "fence", "--seed", "42", "--eval", "false"});
+                                "--beta2", "0.99", "--rma-sync", "fence", "--seed", "42", "--eval", "false",
+                                "--wire", "bf16"});
   const std::string file = write_file("drt_roundtrip.ini", c.to_ini());
   const TrainConfig back = *parse({"--config", file});
   EXPECT_EQ(back.to_ini(), c.to_ini());
   EXPECT_EQ(back.model, "mlp:784-64-10");
   EXPECT_FALSE(back.eval);
+  EXPECT_EQ(back.exchange.wire, ps::Wire::kBf16);
 }
 
 TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--optimizer", "lbfgs"}).find("choices: sgd, adam, adamw"), std::string::npos);
   EXPECT_NE(error_of({"--lr-schedule", "exp"}).find("choices: constant, step, cosine"), std::string::npos);
   EXPECT_NE(error_of({"--dataset", "cifar"}).find("choices: fashion-mnist, synthetic"), std::string::npos);
+  EXPECT_NE(error_of({"--wire", "fp8"}).find("choices: fp32, bf16"), std::string::npos);
+  EXPECT_NE(error_of({"--wire", "bf16", "--grad-push", "ordered"}).find("drop --grad-push ordered"), std::string::npos);
   EXPECT_NE(error_of({"--epochs", "0"}).find("--epochs must be at least 1"), std::string::npos);
   EXPECT_NE(error_of({"--lr", "abc"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini: cannot open"), std::string::npos);

@@ -34,16 +34,32 @@ enum class GradPush {
 GradPush parse_grad_push(const std::string& text);  // ConfigError lists the choices
 std::string to_string(GradPush push);
 
+// The number format of what crosses the network (docs/ARCHITECTURE.md, "The wire format").
+enum class Wire {
+  kFp32,  // gradients and parameters as float32
+  // Gradients and parameters as bfloat16 (round to nearest even), half the bytes. Workers Put
+  // into per-worker slots (MPI has no bf16 sum) that the PS sums in float32, in worker order;
+  // the PS keeps its float32 master parameters and optimizer state and publishes a bf16 copy
+  // next to them, which workers pull and compute from (in float32).
+  kBf16,
+};
+Wire parse_wire(const std::string& text);  // ConfigError lists the choices
+std::string to_string(Wire wire);
+
 struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
+  Wire wire = Wire::kFp32;
   bool deterministic = false;             // --deterministic: the same as push = kSlots
   // Largest RMA operation and synchronisation block; 0 = by layout (chunk_bytes_for).
   std::size_t chunk_bytes = 0;
   double hang_timeout_s = 300.0;                   // passive waits give up after this
   int max_nap_us = 100;                            // longest sleep between polls
 
-  GradPush grad_push() const { return deterministic ? GradPush::kSlots : push; }
+  // bf16 on the wire always goes into per-worker slots.
+  GradPush grad_push() const { return deterministic || wire == Wire::kBf16 ? GradPush::kSlots : push; }
+  // Bytes per element of the gradients pushed and the parameters pulled.
+  std::size_t wire_bytes() const { return wire == Wire::kBf16 ? 2 : 4; }
   // The chunk for a job on `num_nodes` nodes: chunk_bytes if set, else 1 MiB on one node (shared
   // memory: fewer blocks, fewer control words) and 128 KiB across nodes (a block's first bytes
   // reach the PS, are applied and come back sooner, so push and pull overlap on the links; the

@@ -80,7 +80,7 @@ class ParameterServer {
 
 // Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots,
 // (2 + slots) x 4 bytes per element, or (1 + W + slots) x 4 with per-worker gradient slots.
-std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, bool per_worker_slots,
+std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const ExchangeConfig& config,
                             const optim::OptimizerConfig& optimizer);
 
 // One line per PS: its shard's size and the memory it holds, e.g. for rank 0 to print at start.

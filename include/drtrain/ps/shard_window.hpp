@@ -9,10 +9,12 @@
 // push, the apply and the pull of one step overlap.
 //
 // Windows (all allocated with MPI_Win_allocate, regions 64-byte aligned):
-//   passive: params window      S floats
+//   passive: params window      S floats (the master copy); --wire bf16: then S bf16 (the copy
+//                               workers pull)
 //            K gradient windows block b's sum lives in window b % K ("stripes", K = min(W, 8));
-//                               deterministic mode: K = 1 window with W slots of S floats
-//   fence:   one data window    params, then the sum (or the W slots)
+//                               per-worker slots (--deterministic, --wire bf16): K = 1 window
+//                               with W slots of S elements (float32, or bf16 with --wire bf16)
+//   fence:   one data window    params (and their bf16 copy), then the sum (or the W slots)
 //   control window (both):      version[B] | arrivals[B] | departed | pushed[W][B]   (int64)
 // version[b]: the newest published version of block b (the PS writes it, MPI_REPLACE).
 // arrivals[b]: how many pushes of block b have completed, summed over workers and steps
@@ -52,8 +54,9 @@ struct WindowSpot {
 // The geometry of one PS's part of the windows. Pure arithmetic, the same on every rank.
 class ShardLayout {
  public:
+  // wire_bytes: bytes per element pushed and pulled (4: float32; 2: bf16, which needs slots).
   ShardLayout(std::size_t shard_size, std::size_t block_elems, int num_workers, int stripes,
-              bool per_worker_slots, bool single_data_window);
+              bool per_worker_slots, bool single_data_window, std::size_t wire_bytes = 4);
 
   std::size_t shard_size() const { return shard_size_; }
   int num_blocks() const { return num_blocks_; }  // at least 1 (an empty shard has one empty block)
@@ -61,9 +64,14 @@ class ShardLayout {
   std::size_t block_size(int b) const;
   int block_of(std::size_t element) const { return static_cast<int>(element / block_elems_); }
 
+  // The float32 master parameters (the chief's upload, the PS's optimizer, checkpoints).
   WindowSpot params(std::size_t element) const;
-  // Where worker w's gradient for shard element `element` goes (the shared sum unless slots).
+  // What workers pull: the master itself, or its bf16 copy under --wire bf16.
+  WindowSpot wire_params(std::size_t element) const;
+  // Where worker w's gradient for shard element `element` goes (the shared sum unless slots),
+  // in wire_bytes() per element.
   WindowSpot grad(int worker, std::size_t element) const;
+  std::size_t wire_bytes() const { return wire_bytes_; }
   std::size_t data_window_bytes(int window) const;
 
   // Control words (byte displacements in the control window; see above).
@@ -83,6 +91,9 @@ class ShardLayout {
   std::size_t shard_size_, block_elems_;
   int num_workers_, stripes_, num_blocks_;
   bool slots_, single_;
+  std::size_t wire_bytes_;
+  MPI_Aint copy_offset_;   // where the bf16 copy starts (after the master, in its window)
+  MPI_Aint params_bytes_;  // the master and its copy
   MPI_Aint grads_offset_;  // single data window: where the gradients start
 };
 
@@ -100,6 +111,7 @@ class ShardWindow {
 
   // PS only: pointers into this PS's own memory.
   float* local(WindowSpot spot);
+  std::uint16_t* local_bf16(WindowSpot spot) { return reinterpret_cast<std::uint16_t*>(local(spot)); }
   // PS only: sets every byte of this PS's windows to zero (local stores; the sync protocol
   // orders them before any peer's access, see SyncProtocol::start).
   void zero_local_memory();

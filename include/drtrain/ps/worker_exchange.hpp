@@ -7,6 +7,9 @@
 // push() and pull() only issue RMA operations and return handles: the caller may compute
 // meanwhile (e.g. push layer k while backward runs on layer k-1) and wait() when it needs the
 // buffer. Thread-compatible, not thread-safe: call from the thread that owns MPI.
+// Callers always see float32; under --wire bf16 the exchange rounds the gradient into its own
+// bf16 buffer at push() (so the caller's buffer is free again when push() returns) and widens
+// the pulled bf16 parameters into the caller's buffer when the pull completes.
 #pragma once
 
 #include <cstddef>
@@ -102,6 +105,9 @@ class WorkerExchange {
   void complete_local(const std::vector<int>& targets);
   void complete_pull();
   void check_open(const char* what) const;
+  bool bf16_wire() const { return config_.wire == Wire::kBf16; }
+  // The buffer to push [offset, offset + count) from: `grad` itself, or its bf16 rounding.
+  const void* to_wire(const float* grad, std::size_t offset, std::size_t count);
   // Adds the time since t0 to `transfer` (push_s or pull_s), less what the protocol spent waiting
   // for the PS, which goes to wait_s.
   void account(double t0, double& transfer);
@@ -117,6 +123,14 @@ class WorkerExchange {
   std::vector<std::vector<std::size_t>> block_filled_;  // per PS, per block: elements pushed
   bool finished_ = false;
   ExchangeTimes times_;
+  // --wire bf16: the rounded gradient and the pulled parameters (flat space), and the pulls whose
+  // bf16 values still have to be widened into the caller's buffer.
+  std::vector<std::uint16_t> grad_wire_, params_wire_;
+  struct PendingPull {
+    float* params;
+    std::size_t offset, count;
+  };
+  std::vector<PendingPull> pending_;
 };
 
 }  // namespace drt::ps
