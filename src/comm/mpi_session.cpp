@@ -23,7 +23,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   if (!already) {
     choose_rma_component();  // before MPI_Init: Open MPI reads OMPI_MCA_osc there
     int provided = MPI_THREAD_SINGLE;
-    DRT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    DRT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
     initialised_here_ = true;
   }
   DRT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));

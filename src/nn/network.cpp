@@ -34,14 +34,17 @@ Network::Network(const ModelSpec& spec, backend::Backend& device, int max_batch)
 
 void Network::bind(const float* params, float* grads) {
   grads_ = grads;
+  ranges_.clear();
   std::size_t offset = 0;
   for (auto& layer : layers_) {
     layer->bind(params + offset, grads + offset);
+    const std::size_t begin = offset;
     for (const ParamSpec& p : layer->params()) {
       std::size_t count = 1;
       for (auto d : p.shape) count *= static_cast<std::size_t>(d);
       offset += count;
     }
+    ranges_.emplace_back(begin, offset);
   }
 }
 
@@ -55,6 +58,8 @@ void Network::forward(const float* x, int n) {
     in.n = n;
     float* y = acts_[i + 1];
     if (layers_[i]->in_place() && acts_[i + 1] == acts_[i]) y = acts_[i];
+    if (hooks_.before_forward && ranges_[i].second > ranges_[i].first)
+      hooks_.before_forward(ranges_[i].first, ranges_[i].second);
     layers_[i]->forward(device_, in, acts_[i], y);
   }
 }
@@ -63,6 +68,9 @@ void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, f
   if (n == 0) {
     device_.zero(grads_, spec_.layout().total() * sizeof(float));
     for (int slot = 0; slot < 3; ++slot) device_.mark(slot);
+    if (hooks_.grads_ready)  // zero gradients are final too
+      for (std::size_t i = ranges_.size(); i-- > 0;)
+        if (ranges_[i].second > ranges_[i].first) hooks_.grads_ready(ranges_[i].first, ranges_[i].second);
     return;
   }
   device_.mark(0);
@@ -76,6 +84,8 @@ void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, f
     in.n = n;
     float* target = i == 0 ? nullptr : (layers_[i]->in_place() ? dy : dx);
     layers_[i]->backward(device_, in, acts_[i], acts_[i + 1], dy, target);
+    if (hooks_.grads_ready && ranges_[i].second > ranges_[i].first)
+      hooks_.grads_ready(ranges_[i].first, ranges_[i].second);
     if (target && target != dy) std::swap(dy, dx);
   }
   device_.mark(2);

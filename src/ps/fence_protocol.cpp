@@ -88,6 +88,8 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     issue_gets(window_, params, chunks.begin(), chunks.end());
   }
 
+  bool published(const std::vector<Chunk>& /*chunks*/, std::int64_t /*version*/) override { return true; }
+
   void complete_pull() override {
     if (!reads_open_) return;
     fence(0);  // F3

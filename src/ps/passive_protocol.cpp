@@ -114,8 +114,11 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     start_sequence(upload);
   }
 
+  // Gets of the previous version complete first (the PS overwrites a block's parameters once
+  // every worker has pushed it again); Gets of the version this push leads to, issued during
+  // the push (WorkerExchange::pull_if_published), may stay in flight.
   void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) override {
-    complete_pull();
+    if (gets_version_ != pushes + 1) complete_pull();
     push_chunks(grad, chunks, pushes, nullptr, nullptr);
   }
 
@@ -124,7 +127,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // blocks overlaps the push of the last ones.
   void step(const void* grad, const std::vector<Chunk>& push_list, void* params, std::vector<Chunk> pull_list,
             std::int64_t pushes) override {
-    complete_pull();
+    if (gets_version_ != pushes + 1) complete_pull();
     push_chunks(grad, push_list, pushes, params, &pull_list);
     finish_push(pushes);
     pull(params, std::move(pull_list), pushes + 1);
@@ -150,6 +153,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // none is ready, each PS's versions are read once, and only then does the worker wait (for the
   // first block left, which times out with a message naming the PS).
   void pull(void* params, std::vector<Chunk> left, std::int64_t version) override {
+    gets_version_ = version;
     const auto ready = [&](const Chunk& c) { return known_version(c.ps, c.block) >= version; };
     while (!left.empty()) {
       auto split = std::stable_partition(left.begin(), left.end(), ready);
@@ -169,6 +173,18 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       get_chunks(params, left.begin(), split);
       left.erase(left.begin(), split);
     }
+  }
+
+  bool published(const std::vector<Chunk>& chunks, std::int64_t version) override {
+    std::vector<bool> refreshed(static_cast<std::size_t>(window_.num_ps()), false);
+    for (const Chunk& c : chunks) {
+      if (known_version(c.ps, c.block) >= version) continue;
+      if (refreshed[static_cast<std::size_t>(c.ps)]) return false;
+      refreshed[static_cast<std::size_t>(c.ps)] = true;
+      refresh_versions(c.ps);
+      if (known_version(c.ps, c.block) < version) return false;
+    }
+    return true;
   }
 
   // Waits for the Gets (MPI_Testall and naps: no spinning, and a PS that stops answering ends
@@ -294,6 +310,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
   HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
     const std::vector<std::string> missing = workers_where(ps, block, version - 1, -1);
+    // (This worker's own word counts too: a caller that waits for a block it has not pushed yet
+    // names itself.)
     return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ",
                          topo_.ps_name(ps), " to publish block ", block, " after step ", version - 2,
                          " (it has published ", known_version(ps, block), " version(s) of it); ",
@@ -307,6 +325,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   std::vector<std::vector<bool>> announced_;         // per PS, per block: announced this step
   std::vector<std::vector<bool>> predecessor_done_;  // ordered push: worker w-1 announced it
   std::vector<MPI_Request> gets_;                    // MPI_Rgets issued and not yet completed
+  std::int64_t gets_version_ = 0;                    // the version the last pull() read
   std::vector<int> gets_ps_;                         // the PS each of them reads from
 };
 

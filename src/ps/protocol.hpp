@@ -55,6 +55,9 @@ class WorkerProtocol {
   virtual void finish_push(std::int64_t pushes) = 0;
   // Issues Gets of `chunks` at version `version` (waiting for each block's publication).
   virtual void pull(void* params, std::vector<Chunk> chunks, std::int64_t version) = 0;
+  // Whether every block of `chunks` is published at `version` (reads the PS' version words; a
+  // pull of them would not wait). Fence: always true (the pull fence does the waiting).
+  virtual bool published(const std::vector<Chunk>& chunks, std::int64_t version) = 0;
   // The Gets issued since the last completion are in the caller's buffers.
   virtual void complete_pull() = 0;
   // A whole step: push(push_chunks), finish_push(pushes), pull(pull_chunks, pushes + 1) and

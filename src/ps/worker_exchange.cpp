@@ -154,6 +154,41 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
   return handle;
 }
 
+bool WorkerExchange::published(std::size_t offset, std::size_t count) {
+  check_open("published");
+  const double t0 = now_seconds();
+  const bool yes = protocol_->published(chunks(offset, count), pushes_ + 1);
+  account(t0, times_.wait_s);
+  return yes;
+}
+
+std::optional<PullHandle> WorkerExchange::pull_if_published(float* params, std::size_t offset, std::size_t count) {
+  check_open("pull_if_published");
+  if (pushed_elements_ == 0)
+    throw Error(str(rank_tag(), ": pull_if_published() outside a push; use pull() after finish_push()"));
+  if (offset + count > plan_.total())
+    throw Error(str(rank_tag(), ": pull of [", offset, ", ", offset + count, ") outside the ", plan_.total(),
+                    "-element parameter space"));
+  if (config_.sync != RmaSync::kPassive) return std::nullopt;
+  const double t0 = now_seconds();
+  const std::vector<Chunk> list = chunks(offset, count);
+  const std::int64_t version = pushes_ + 2;  // what the push in progress leads to
+  if (!protocol_->published(list, version)) {
+    account(t0, times_.wait_s);
+    return std::nullopt;
+  }
+  void* into = params;
+  if (bf16_wire()) {
+    into = params_wire_.data() + offset;
+    pending_.push_back({params, offset, count});
+  }
+  protocol_->pull(into, list, version);  // published: no waiting, only Gets
+  account(t0, times_.pull_s);
+  PullHandle handle;
+  handle.owner_ = this;
+  return handle;
+}
+
 void WorkerExchange::complete_pull() {
   const double t0 = now_seconds();
   protocol_->complete_pull();

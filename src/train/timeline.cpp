@@ -80,7 +80,8 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   std::ostringstream part;
   part.precision(17);
   part << topo.my_name() << "\n";
-  for (const Span& s : spans_) part << s.name << "\t" << s.start << "\t" << s.end << "\t" << s.step << "\n";
+  for (const Span& s : spans_)
+    part << s.name << "\t" << s.start << "\t" << s.end << "\t" << s.step << "\t" << s.track << "\n";
   // Every rank's text to rank 0, whatever its size (the total may pass 2^31 bytes on long runs).
   const std::vector<std::string> parts =
       comm::gather_bytes(world, part.str(), 0, timeout_s, max_nap_us, "the timeline's spans", piece_bytes);
@@ -90,10 +91,11 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
     std::string name;
     double start, end;
     long long step;
-    int rank;
+    int tid;  // the rank's track, or world size + rank for its exchange thread
   };
   std::vector<Event> events;
   std::vector<std::string> tracks;
+  std::vector<bool> exchange_track(static_cast<std::size_t>(world.size()), false);
   double origin = 1e300;
   for (int r = 0; r < world.size(); ++r) {
     const std::string& text = parts[static_cast<std::size_t>(r)];
@@ -111,8 +113,13 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
     while (next_line(line)) {
       std::istringstream f(line);
       Event e{"", 0, 0, -1, r};
+      int track = Timeline::kMainTrack;
       std::getline(f, e.name, '\t');
-      f >> e.start >> e.end >> e.step;
+      f >> e.start >> e.end >> e.step >> track;
+      if (track == Timeline::kExchangeTrack) {
+        e.tid = world.size() + r;
+        exchange_track[static_cast<std::size_t>(r)] = true;
+      }
       e.start -= offsets[static_cast<std::size_t>(r)];
       e.end -= offsets[static_cast<std::size_t>(r)];
       origin = std::min(origin, e.start);
@@ -124,16 +131,20 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   std::fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   std::fprintf(out, "%s", JsonLine().add("name", "process_name").add("ph", "M").add("pid", 0)
                               .add_object("args", JsonLine().add("name", "drtrain")).str().c_str());
-  for (int r = 0; r < world.size(); ++r) {
-    std::fprintf(out, ",\n%s", JsonLine().add("name", "thread_name").add("ph", "M").add("pid", 0).add("tid", r)
-                                   .add_object("args", JsonLine().add("name", tracks[static_cast<std::size_t>(r)]))
-                                   .str().c_str());
-    std::fprintf(out, ",\n%s", JsonLine().add("name", "thread_sort_index").add("ph", "M").add("pid", 0).add("tid", r)
-                                   .add_object("args", JsonLine().add("sort_index", r)).str().c_str());
+  const auto name_track = [&](int tid, const std::string& name, int sort_index) {
+    std::fprintf(out, ",\n%s", JsonLine().add("name", "thread_name").add("ph", "M").add("pid", 0).add("tid", tid)
+                                   .add_object("args", JsonLine().add("name", name)).str().c_str());
+    std::fprintf(out, ",\n%s", JsonLine().add("name", "thread_sort_index").add("ph", "M").add("pid", 0).add("tid", tid)
+                                   .add_object("args", JsonLine().add("sort_index", sort_index)).str().c_str());
+  };
+  for (int r = 0; r < world.size(); ++r) {  // a rank's exchange thread right below its main track
+    name_track(r, tracks[static_cast<std::size_t>(r)], 2 * r);
+    if (exchange_track[static_cast<std::size_t>(r)])
+      name_track(world.size() + r, tracks[static_cast<std::size_t>(r)] + " exchange thread", 2 * r + 1);
   }
   for (const Event& e : events) {
     JsonLine j;
-    j.add("name", e.name).add("ph", "X").add("pid", 0).add("tid", e.rank)
+    j.add("name", e.name).add("ph", "X").add("pid", 0).add("tid", e.tid)
         .add("ts", (e.start - origin) * 1e6).add("dur", std::max(0.0, e.end - e.start) * 1e6);
     if (e.step >= 0) j.add_object("args", JsonLine().add("step", static_cast<std::int64_t>(e.step)));
     std::fprintf(out, ",\n%s", j.str().c_str());

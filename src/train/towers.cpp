@@ -94,6 +94,40 @@ class DeviceTowers final : public Towers {
   }
 
   ComputeSplit last_compute_split() const override { return split_; }
+
+  bool supports_layer_hooks() const override { return plan_.kind == backend::DeviceKind::kCpu; }
+
+  void set_layer_hooks(const nn::LayerHooks& hooks) override {
+    DRT_ASSERT(supports_layer_hooks() || (!hooks.before_forward && !hooks.grads_ready),
+               "per-layer hooks on towers that queue their work");
+    for (int t = 0; t < count(); ++t) {
+      nn::LayerHooks mine;
+      if (hooks.before_forward) {
+        mine.before_forward = [this, t, needed = hooks.before_forward](std::size_t b, std::size_t e) {
+          needed(b, e);
+          if (t > 0)  // tower 0's parameters are the staging buffer
+            tower(t).device->copy(tower(t).params.floats() + b, tower(0).params.floats() + b, (e - b) * sizeof(float));
+        };
+      }
+      if (hooks.grads_ready && t == count() - 1) {  // the towers run one after the other: the last one completes
+        mine.grads_ready = [this, ready = hooks.grads_ready](std::size_t b, std::size_t e) {
+          float* sum = tower(0).grads.floats() + b;  // tower 0's gradient is the combined buffer
+          for (int u = 1; u < count(); ++u) tower(0).device->axpby(1.0f, tower(u).grads.floats() + b, 1.0f, sum, e - b);
+          ready(b, e);
+        };
+      }
+      tower(t).network.set_hooks(std::move(mine));
+    }
+  }
+
+  const float* hooked_gradients() override {
+    DRT_ASSERT(supports_layer_hooks(), "hooked_gradients() on towers without layer hooks");
+    return tower(0).grads.floats();
+  }
+
+  const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const override {
+    return towers_[0]->network.param_ranges();
+  }
   const float* combine_gradients() override { return group_->sum_gradients(); }
   float* parameter_staging() override { return group_->parameter_staging(); }
   void load_parameters() override { group_->load_parameters(); }

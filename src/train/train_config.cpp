@@ -47,6 +47,11 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
+      ("overlap", po::value<bool>(&c.overlap)->default_value(c.overlap),
+       "overlap the exchange with compute: push gradients during backward, pull parameters during the "
+       "next forward (CPU towers with --rma-sync passive; the sequential step elsewhere)")
+      ("bucket-kib", po::value<std::size_t>(&c.bucket_kib)->default_value(c.bucket_kib),
+       "--overlap: gradients leave in buckets of whole layers of at least this many KiB")
       ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end")
       ("checkpoint-dir", po::value<std::string>(&c.checkpoint_dir)->default_value(c.checkpoint_dir),
        "write HDF5 checkpoints here (one at the end, more with --checkpoint-every/-secs)")
@@ -85,6 +90,7 @@ void TrainConfig::validate() const {
     throw ConfigError(str("unknown --device '", device, "'; choices: auto, cpu, cuda"));
   if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
   if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
+  if (bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
   if (checkpoint_every < 0 || checkpoint_secs < 0)
     throw ConfigError("--checkpoint-every and --checkpoint-secs must be >= 0");
   if ((checkpoint_every > 0 || checkpoint_secs > 0) && checkpoint_dir.empty())
@@ -106,6 +112,7 @@ std::string TrainConfig::to_ini() const {
     << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
     << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false") << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false")
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\nlog-every = " << log_every << "\nthreads = " << threads
+    << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << (resume.empty() ? std::string() : "\nresume = " + resume)

@@ -20,18 +20,20 @@
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/towers.hpp"
 #include "checkpointer.hpp"
+#include "exchange_pipeline.hpp"
 #include "job.hpp"
 #include "reporter.hpp"
 
 namespace drt::train {
 namespace {
 
-// Seconds per phase of a step, summed over the steps of a reporting interval.
+// Seconds per phase of a step, summed over the steps of a reporting interval. push, wait and
+// pull are the exchange's own times; `exposed` is how long the training loop waited for the
+// exchange: all of it in the sequential step, only what compute did not hide with --overlap.
 struct Phases {
-  double data = 0, compute = 0, combine = 0, push = 0, wait = 0, pull = 0;
-  static constexpr int kCount = 6;
+  double data = 0, compute = 0, combine = 0, push = 0, wait = 0, pull = 0, exposed = 0;
+  static constexpr int kCount = 7;
   double* values() { return &data; }
-  double total() const { return data + compute + combine + push + wait + pull; }
 };
 
 // Loss, correct predictions and samples over an interval (or an evaluation).
@@ -68,6 +70,7 @@ class WorkerLoop {
 
   RankReport run() {
     start_parameters();
+    start_overlap();
     data::LoaderConfig lc;
     lc.global_batch = job_.config.batch_size;
     lc.workers = topo_.num_workers();
@@ -92,6 +95,11 @@ class WorkerLoop {
         report_interval(step, batch);
       evaluated_last = epoch_end && job_.config.eval;
       if (evaluated_last) evaluate(step, batch.epoch);
+    }
+    if (pipeline_) {
+      drain();
+      towers_->set_layer_hooks({});
+      pipeline_.reset();  // joins the exchange thread
     }
     if (!evaluated_last && job_.config.eval) evaluate(job_.total_steps - 1, -1);
     exchange_.finish();
@@ -127,7 +135,43 @@ class WorkerLoop {
     towers_->load_parameters();
   }
 
+  // --overlap where it can work: the exchange on its own thread, driven by per-layer hooks.
+  void start_overlap() {
+    std::string why_not;
+    int level = MPI_THREAD_SINGLE;
+    DRT_MPI_CHECK(MPI_Query_thread(&level));
+    if (!job_.config.overlap) why_not = "--overlap false";
+    else if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
+    else if (job_.config.exchange.sync != ps::RmaSync::kPassive) why_not = "--rma-sync fence pulls in one epoch";
+    else if (level < MPI_THREAD_SERIALIZED) why_not = "the MPI library does not provide MPI_THREAD_SERIALIZED";
+    if (!why_not.empty()) {
+      out_.line(str("overlap off (", why_not, "): push, pull and compute one after the other"));
+      return;
+    }
+    pipeline_ = std::make_unique<ExchangePipeline>(exchange_, towers_->param_ranges(),
+                                                   job_.config.bucket_kib * 1024 / sizeof(float),
+                                                   towers_->hooked_gradients(), towers_->parameter_staging(),
+                                                   *job_.timeline);
+    nn::LayerHooks hooks;
+    hooks.before_forward = [this](std::size_t b, std::size_t e) { pipeline_->await_params(b, e); };
+    hooks.grads_ready = [this](std::size_t b, std::size_t e) { pipeline_->grads_ready(b, e); };
+    towers_->set_layer_hooks(hooks);
+    out_.line(str("overlap on: ", pipeline_->buckets().size(), " gradient bucket(s) of whole layers, at least ",
+                  human_bytes(static_cast<double>(job_.config.bucket_kib) * 1024),
+                  " each, pushed during backward and pulled during the next forward"));
+  }
+
+  // Before an MPI call of the training loop's own (reductions, evaluation, the end): the
+  // exchange thread must be idle, and the parameters complete.
+  void drain() {
+    if (!pipeline_) return;
+    const double t0 = now_seconds();
+    pipeline_->drain();
+    job_.timeline->span("exchange drain", t0, now_seconds());
+  }
+
   void train_step(const data::WorkerBatch& batch, std::int64_t step) {
+    if (pipeline_) return overlapped_step(batch, step);
     comm::Watchdog::beat("training step");
     if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
     // Each tower's gradient is W / B_global * (sum of its losses)': summed over towers and
@@ -135,10 +179,7 @@ class WorkerLoop {
     const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
     const double t0 = now_seconds();
     const backend::LossSums sums = towers_->compute(batch, scale);
-    if (!std::isfinite(sums.loss))
-      throw Error(str(rank_tag(), ": ", topo_.my_name(), ": the training loss is ", sums.loss, " at step ", step,
-                      " (epoch ", batch.epoch + 1, "); the learning rate is probably too high: lower --lr (now ",
-                      job_.optimizer.lr, "), add --warmup-steps, or try --optimizer adam"));
+    check_loss(sums, batch, step);
     const double t1 = now_seconds();
     const float* grad = towers_->combine_gradients();
     const double t2 = now_seconds();
@@ -169,8 +210,48 @@ class WorkerLoop {
     phases_.push += x.push_s;
     phases_.wait += x.wait_s;
     phases_.pull += x.pull_s;
-    busy_s_ += t3 - t0;
-    step_ms_.push_back(1e3 * (t3 - t0));
+    phases_.exposed += t3 - t2;
+    finish_step(batch, sums, t3 - t0);
+  }
+
+  // --overlap: forward waits per layer for its parameters (pulled by the exchange thread),
+  // backward hands each finished bucket to the exchange thread; the step ends with backward.
+  void overlapped_step(const data::WorkerBatch& batch, std::int64_t step) {
+    comm::Watchdog::beat("training step");
+    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
+    const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
+    pipeline_->begin_step(step);
+    const double t0 = now_seconds();
+    const backend::LossSums sums = towers_->compute(batch, scale);
+    check_loss(sums, batch, step);
+    pipeline_->backward_done();
+    const double t1 = now_seconds();
+    const double exposed = pipeline_->take_exposed_seconds();
+    const ps::ExchangeTimes x = pipeline_->take_times();
+    if (job_.timeline->enabled()) {
+      const Towers::ComputeSplit split = towers_->last_compute_split();
+      job_.timeline->span("forward", t0, t0 + split.forward_s, step);
+      job_.timeline->span("backward", t0 + split.forward_s, t0 + split.forward_s + split.backward_s, step);
+    }
+    phases_.compute += t1 - t0 - exposed;
+    phases_.push += x.push_s;
+    phases_.wait += x.wait_s;
+    phases_.pull += x.pull_s;
+    phases_.exposed += exposed;
+    finish_step(batch, sums, t1 - t0);
+  }
+
+  void check_loss(const backend::LossSums& sums, const data::WorkerBatch& batch, std::int64_t step) const {
+    if (!std::isfinite(sums.loss))
+      throw Error(str(rank_tag(), ": ", topo_.my_name(), ": the training loss is ", sums.loss, " at step ", step,
+                      " (epoch ", batch.epoch + 1, "); the learning rate is probably too high: lower --lr (now ",
+                      job_.optimizer.lr, "), add --warmup-steps, or try --optimizer adam"));
+  }
+
+  // What every step records once its time is known.
+  void finish_step(const data::WorkerBatch& batch, const backend::LossSums& sums, double seconds) {
+    busy_s_ += seconds;
+    step_ms_.push_back(1e3 * seconds);
     int my_samples = 0;
     for (const auto& part : batch.towers) my_samples += part.count;
     tally_.loss += sums.loss;
@@ -181,6 +262,7 @@ class WorkerLoop {
   }
 
   void report_interval(std::int64_t step, const data::WorkerBatch& batch) {
+    drain();
     const std::string what = str("the training statistics of step ", step + 1, " among the workers");
     reduce(tally_.values(), 3, MPI_SUM, what);
     reduce(phases_.values(), Phases::kCount, MPI_MAX, what);
@@ -211,7 +293,8 @@ class WorkerLoop {
                                                    .add("tower_combine", phases_.combine * per_step)
                                                    .add("push", phases_.push * per_step)
                                                    .add("ps_wait_apply", phases_.wait * per_step)
-                                                   .add("pull", phases_.pull * per_step))
+                                                   .add("pull", phases_.pull * per_step)
+                                                   .add("exposed_exchange", phases_.exposed * per_step))
                     .add_object("step_ms", JsonLine()
                                                .add("median", s.median)
                                                .add("p90", s.p90)
@@ -264,6 +347,7 @@ class WorkerLoop {
   // Test-set loss and accuracy: every worker its slice, summed over the workers.
   void evaluate(std::int64_t step, int epoch) {
     comm::Watchdog::beat("evaluation");
+    drain();
     const double start = now_seconds();
     const backend::LossSums sums = towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
     Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
@@ -288,6 +372,7 @@ class WorkerLoop {
   Reporter& out_;
   std::unique_ptr<Towers> towers_;
   ps::WorkerExchange exchange_;
+  std::unique_ptr<ExchangePipeline> pipeline_;  // --overlap; destroyed before exchange_
   const data::Dataset& train_;
   data::TowerBatch test_part_;
   Phases phases_;

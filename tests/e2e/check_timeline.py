@@ -1,9 +1,12 @@
 #!/usr/bin/python3
-"""A short run with --timeline, --metrics and checkpoints (1 PS + 2 workers), then checks:
+"""Two short runs with --timeline, --metrics and checkpoints (1 PS + 2 workers), then checks:
 the trace is valid Chrome-trace JSON with one named track per rank and the expected spans on
-each (workers: data wait, forward, backward, tower combine, push, ps wait, pull, evaluation;
-PS: ps wait, ps apply, checkpoint), the metrics records carry the per-worker step statistics,
-and scripts/plot_metrics.py turns the metrics into a PNG.
+each. Sequential step (--overlap false): workers show data wait, forward, backward, tower
+combine, push, ps wait, pull, evaluation on their track. Overlapped step (--overlap, small
+buckets): workers show data wait, forward, backward, evaluation on their track and push, pull on
+an "exchange thread" track, with pushes starting while backward still runs. PS: ps wait, ps
+apply, checkpoint. The metrics records carry the per-worker step statistics and the exposed
+exchange time, and scripts/plot_metrics.py turns the metrics into a PNG.
 
 usage: check_timeline.py --bin BUILD/bin --mpiexec "mpiexec ..." --work DIR
 """
@@ -15,12 +18,53 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKER_SPANS = {"data wait", "forward", "backward", "tower combine", "push", "ps wait", "pull", "evaluation"}
+SEQUENTIAL_SPANS = {"data wait", "forward", "backward", "tower combine", "push", "ps wait", "pull", "evaluation"}
+OVERLAP_SPANS = {"data wait", "forward", "backward", "evaluation"}
+EXCHANGE_THREAD_SPANS = {"push", "pull"}
 PS_SPANS = {"ps wait", "ps apply", "checkpoint"}
 
 
 def fail(message):
     sys.exit(f"FAIL: {message}")
+
+
+def run(a, name, extra):
+    work = os.path.join(a.work, name)
+    os.makedirs(work)
+    trace, metrics = os.path.join(work, "trace.json"), os.path.join(work, "metrics.jsonl")
+    cmd = a.mpiexec.split() + ["-n", "3", os.path.join(a.bin, "drtrain"), "--num-ps", "1", "--max-steps", "40",
+                               "--log-every", "10", "--timeline", trace, "--metrics", metrics, "--checkpoint-dir",
+                               os.path.join(work, "ckpt"), "--checkpoint-every", "20"] + extra
+    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        print(done.stdout, done.stderr)
+        fail(f"drtrain ({name}) failed")
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = {tid: set() for tid in names}
+    for e in events:
+        if e["ph"] != "X":
+            continue
+        if e["dur"] < 0 or e["ts"] < 0 or e["tid"] not in names:
+            fail(f"{name}: bad span {e}")
+        spans[e["tid"]].add(e["name"])
+    if not names.get(0, "").startswith("PS 0") or not names.get(1, "").startswith("worker 0"):
+        fail(f"{name}: tracks: {names}")
+    if not PS_SPANS <= spans[0]:
+        fail(f"{name}: PS track lacks {PS_SPANS - spans[0]}")
+    steps = [e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["name"] == "forward"]
+    if len(steps) != 40 or any(b["ts"] < a["ts"] for a, b in zip(steps, steps[1:])):
+        fail(f"{name}: worker 0 should show 40 forward spans in time order")
+    records = [json.loads(line) for line in open(metrics)]
+    stats = [r["step_ms"] for r in records if "step_ms" in r]
+    if len(stats) != 4 or any(not (0 < s["median"] <= s["p90"] <= s["max"]) or s["slowest_worker"] not in (0, 1)
+                              for s in stats):
+        fail(f"{name}: step statistics: {stats}")
+    phases = [r["ms_per_step"] for r in records if "ms_per_step" in r]
+    if len(phases) != 4 or any(not (0 <= p["exposed_exchange"]) for p in phases):
+        fail(f"{name}: exposed exchange per step: {phases}")
+    return events, names, spans, metrics
 
 
 def main():
@@ -31,46 +75,35 @@ def main():
     a = p.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
-    trace, metrics = os.path.join(a.work, "trace.json"), os.path.join(a.work, "metrics.jsonl")
-    cmd = a.mpiexec.split() + ["-n", "3", os.path.join(a.bin, "drtrain"), "--num-ps", "1", "--max-steps", "40",
-                               "--log-every", "10", "--timeline", trace, "--metrics", metrics, "--checkpoint-dir",
-                               os.path.join(a.work, "ckpt"), "--checkpoint-every", "20"]
-    run = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
-    if run.returncode != 0:
-        print(run.stdout, run.stderr)
-        fail("drtrain failed")
-    with open(trace) as f:
-        doc = json.load(f)
-    events = doc["traceEvents"]
-    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    if sorted(names) != [0, 1, 2] or not names[0].startswith("PS 0") or not names[1].startswith("worker 0"):
-        fail(f"tracks: {names}")
-    spans = {tid: set() for tid in names}
-    for e in events:
-        if e["ph"] != "X":
-            continue
-        if e["dur"] < 0 or e["ts"] < 0 or e["tid"] not in names:
-            fail(f"bad span {e}")
-        spans[e["tid"]].add(e["name"])
-    if not PS_SPANS <= spans[0]:
-        fail(f"PS track lacks {PS_SPANS - spans[0]}")
+
+    events, names, spans, _ = run(a, "sequential", ["--overlap", "false"])
+    if sorted(names) != [0, 1, 2]:
+        fail(f"sequential: tracks: {names}")
     for tid in (1, 2):
-        if not WORKER_SPANS <= spans[tid]:
-            fail(f"worker track {tid} lacks {WORKER_SPANS - spans[tid]}")
-    steps = [e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["name"] == "forward"]
-    if len(steps) != 40 or any(b["ts"] < a["ts"] for a, b in zip(steps, steps[1:])):
-        fail("worker 0 should show 40 forward spans in time order")
-    records = [json.loads(line) for line in open(metrics)]
-    stats = [r["step_ms"] for r in records if "step_ms" in r]
-    if len(stats) != 4 or any(not (0 < s["median"] <= s["p90"] <= s["max"]) or s["slowest_worker"] not in (0, 1)
-                              for s in stats):
-        fail(f"step statistics: {stats}")
+        if not SEQUENTIAL_SPANS <= spans[tid]:
+            fail(f"sequential: worker track {tid} lacks {SEQUENTIAL_SPANS - spans[tid]}")
+
+    # 64 KiB buckets: the MLP's fc3+fc2 bucket leaves while fc1's backward still runs.
+    events, names, spans, metrics = run(a, "overlap", ["--bucket-kib", "64"])
+    if sorted(names) != [0, 1, 2, 4, 5] or not names[4].startswith("worker 0") or "exchange thread" not in names[4]:
+        fail(f"overlap: tracks: {names}")
+    for tid in (1, 2):
+        if not OVERLAP_SPANS <= spans[tid]:
+            fail(f"overlap: worker track {tid} lacks {OVERLAP_SPANS - spans[tid]}")
+        if not EXCHANGE_THREAD_SPANS <= spans[tid + 3]:
+            fail(f"overlap: exchange thread track {tid + 3} lacks {EXCHANGE_THREAD_SPANS - spans[tid + 3]}")
+    backward = {e["args"]["step"]: e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["name"] == "backward"}
+    during = [e for e in events if e["ph"] == "X" and e["tid"] == 4 and e["name"] == "push" and
+              e["args"]["step"] in backward and e["ts"] < backward[e["args"]["step"]]["ts"] + backward[e["args"]["step"]]["dur"]]
+    if len(during) < 20:
+        fail(f"overlap: only {len(during)} of 40 steps show a push starting before backward ended")
+
     png = os.path.join(a.work, "metrics.png")
     subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "plot_metrics.py"), metrics, png], check=True)
     with open(png, "rb") as f:
         if f.read(8) != b"\x89PNG\r\n\x1a\n":
             fail("plot_metrics.py did not write a PNG")
-    print(f"ok: {len(events)} trace events on 3 tracks, {len(stats)} step-statistics records, {png}")
+    print(f"ok: sequential and overlapped traces, {len(during)} of 40 steps push during backward, {png}")
 
 
 if __name__ == "__main__":

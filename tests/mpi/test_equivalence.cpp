@@ -134,6 +134,25 @@ TEST_P(Equivalence, DistributedEqualsOneProcessAtTheGlobalBatch) {
   ASSERT_TRUE(testing::all_ranks(ok, detail));
 }
 
+// --overlap (the default on CPU towers, used by the test above) against the sequential step:
+// the same sums in the same order, so bitwise the same parameters, with many small buckets
+// (1 KiB: each layer its own bucket, the small last one merged with the one before) and with
+// the range-wise tower sums of T = 2.
+TEST(Overlap, EqualsTheSequentialStepBitwise) {
+  for (int towers : {1, 2}) {
+    TrainConfig c = make_config(towers, momentum_sgd());
+    c.exchange.deterministic = true;
+    c.bucket_kib = 1;
+    TrainOutputs overlapped, sequential;
+    c.overlap = true;
+    run_training(c, &overlapped);
+    c.overlap = false;
+    run_training(c, &sequential);
+    const bool same = overlapped.final_params == sequential.final_params;
+    ASSERT_TRUE(testing::all_ranks(same, str("T=", towers, ": --overlap true and false end with different parameters")));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(TowersAndOptimizers, Equivalence,
                          ::testing::Combine(::testing::Values(1, 2), ::testing::Values(false, true)));
 

@@ -1002,6 +1002,50 @@ TEST(Network, EmptyBatchZeroesGradientsAndRepeatedStepsOverwrite) {
   EXPECT_THROW(net.train(xb.floats(), lb.ints(), 4, 1.0f), Error);  // more than max_batch
 }
 
+// The hooks that --overlap drives the exchange with: before_forward names each layer's
+// parameter range in forward order before the layer runs; grads_ready names them last layer
+// first, contiguous, tiling the flat space, each when its gradient is already final (equal to
+// what the whole step leaves); a step on an empty batch reports its zero gradients too.
+TEST(Network, LayerHooksReportFinalGradientsLastLayerFirst) {
+  for (const char* model : {"mlp:784-7-5-10", "cnn"}) {
+    const ModelSpec spec = ModelSpec::parse(model);
+    auto device = backend::make_cpu_backend();
+    Network net(spec, *device, 3);
+    const std::size_t n = spec.layout().total();
+    const FVec params = network_params(spec, 9);
+    DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(n, 7.0f));
+    DeviceBuffer xb = upload(*device, uniform_floats(3 * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
+    net.bind(pb.floats(), gb.floats());
+    std::vector<std::pair<std::size_t, std::size_t>> forward, ready;
+    FVec at_ready(n, -1.0f);
+    LayerHooks hooks;
+    hooks.before_forward = [&](std::size_t b, std::size_t e) { forward.emplace_back(b, e); };
+    hooks.grads_ready = [&](std::size_t b, std::size_t e) {
+      ready.emplace_back(b, e);
+      std::copy(gb.floats() + b, gb.floats() + e, at_ready.begin() + static_cast<std::ptrdiff_t>(b));
+    };
+    net.set_hooks(hooks);
+    for (int batch : {3, 0}) {
+      forward.clear();
+      ready.clear();
+      net.train(xb.floats(), lb.ints(), batch, 1.0f);
+      std::vector<std::pair<std::size_t, std::size_t>> with_params;
+      for (const auto& r : net.param_ranges())
+        if (r.second > r.first) with_params.push_back(r);
+      EXPECT_EQ(forward, batch > 0 ? with_params : decltype(forward){}) << model;
+      std::reverse(with_params.begin(), with_params.end());
+      EXPECT_EQ(ready, with_params) << model;
+      std::size_t expected_end = n;
+      for (const auto& r : ready) {
+        EXPECT_EQ(r.second, expected_end) << model << ": not contiguous";
+        expected_end = r.first;
+      }
+      EXPECT_EQ(expected_end, 0u) << model;
+      EXPECT_EQ(at_ready, download(*device, gb.floats(), n)) << model << ", batch " << batch;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- ModelSpec
 
 struct ExpectedTensor {

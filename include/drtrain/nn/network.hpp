@@ -2,7 +2,9 @@
 // tower's flat parameter and gradient buffers, plus the activation buffers of a batch.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -12,6 +14,16 @@
 
 namespace drt::nn {
 
+// Per-layer notifications for overlapping the exchange with compute, in flat-space elements
+// [begin, end) of one layer's parameters. Called on the thread that runs the network, and only
+// meaningful on a synchronous device (the CPU): a call means the work is done, not queued.
+struct LayerHooks {
+  // Before a layer's forward reads its parameters (training and evaluation).
+  std::function<void(std::size_t begin, std::size_t end)> before_forward;
+  // After a layer's backward has written its parameter gradients (last layer first).
+  std::function<void(std::size_t begin, std::size_t end)> grads_ready;
+};
+
 class Network {
  public:
   // Allocates activations for batches of up to max_batch samples on `device`.
@@ -19,6 +31,11 @@ class Network {
 
   // params and grads: device buffers of spec.layout().total() floats.
   void bind(const float* params, float* grads);
+  // Installs (or, with empty functions, removes) the per-layer hooks; layers without
+  // parameters are not reported.
+  void set_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
+  // Each layer's parameter range [begin, end), in forward order (empty for layers without).
+  const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const { return ranges_; }
 
   // Forward, softmax cross-entropy and backward on n samples (device memory: x holds n images,
   // labels n int32). The bound gradients receive grad_scale * d(sum of losses)/d(params); with
@@ -51,6 +68,8 @@ class Network {
   std::vector<float*> acts_;              // acts_[i] = input of layer i; acts_.back() = logits
   backend::DeviceBuffer grad_a_, grad_b_; // ping-pong buffers for activation gradients
   float* grads_ = nullptr;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // per layer, flat-space elements
+  LayerHooks hooks_;
 };
 
 }  // namespace drt::nn

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "drtrain/comm/topology.hpp"
@@ -76,6 +77,15 @@ class WorkerExchange {
   void finish_push();
   PullHandle pull(float* params, std::size_t offset, std::size_t count);
 
+  // Whether a pull of [offset, offset + count) after the push just finished would find every
+  // block published (one read of the version words of each PS involved; no waiting).
+  bool published(std::size_t offset, std::size_t count);
+  // During a push (after push() calls, before finish_push()): when every block of the range is
+  // already published at the version this push leads to (every worker pushed it, the PS
+  // applied it), issues its Gets and returns their handle; otherwise issues nothing. The Gets
+  // overlap the rest of the push; wait() on the handle (after finish_push() or before) completes
+  // them. Always nothing under --rma-sync fence, whose pull epoch opens after every push.
+  std::optional<PullHandle> pull_if_published(float* params, std::size_t offset, std::size_t count);
   // Pull everything and wait.
   void pull_all(float* params);
   // A whole step: push the whole gradient, finish, pull the whole model and wait. The same

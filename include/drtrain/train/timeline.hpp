@@ -8,10 +8,13 @@
 // its own clock. On one node the offsets are ~0 (one CLOCK_MONOTONIC); across nodes they remove
 // the clocks' difference up to about half a round trip. The spans' text may pass 2^31 bytes in
 // all on a long run: it travels with 64-bit lengths, in pieces, never as one MPI count.
-// Disabled (no --timeline), span() returns at once and nothing is stored.
+// Disabled (no --timeline), span() returns at once and nothing is stored. span() may be called
+// from two threads (a worker's training loop and its exchange thread, --overlap): each has its
+// own track (kMainTrack, kExchangeTrack) so that their spans may overlap in time.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -22,19 +25,27 @@ namespace drt::train {
 
 class Timeline {
  public:
+  static constexpr int kMainTrack = 0, kExchangeTrack = 1;
+
   explicit Timeline(bool enabled) : enabled_(enabled) {}
   bool enabled() const { return enabled_; }
   // A span on this rank; `name` must outlive the timeline (string literals).
-  void span(const char* name, double start_s, double end_s, std::int64_t step = -1) {
-    if (enabled_) spans_.push_back({name, start_s, end_s, step});
+  void span(const char* name, double start_s, double end_s, std::int64_t step = -1, int track = kMainTrack) {
+    if (!enabled_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    spans_.push_back({name, start_s, end_s, step, track});
   }
-  std::size_t size() const { return spans_.size(); }
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return spans_.size();
+  }
 
   // World rank 0's check at start-up, before any window exists, that it will be able to write
   // `path` (creates it, empty, when missing): ConfigError otherwise. Not collective.
   static void check_output(const std::string& path);
 
-  // Collective over topo.world(); its rank 0 writes `path` (JSON). Track names: topo.my_name().
+  // Collective over topo.world(); its rank 0 writes `path` (JSON). Track names: topo.my_name(),
+  // and "<my_name> exchange thread" for a rank's exchange track. No span() may run meanwhile.
   // The spans travel as text of any total size (comm::gather_bytes, in messages of at most
   // `piece_bytes`; tests pass small pieces); every wait gives up after timeout_s (HangError).
   void write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
@@ -45,8 +56,10 @@ class Timeline {
     const char* name;
     double start, end;
     std::int64_t step;
+    int track;
   };
   bool enabled_;
+  mutable std::mutex mutex_;
   std::vector<Span> spans_;
 };
 

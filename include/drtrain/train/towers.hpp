@@ -16,6 +16,7 @@
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/nn/model_spec.hpp"
+#include "drtrain/nn/network.hpp"
 #include "drtrain/train/device_plan.hpp"
 
 namespace drt::train {
@@ -41,6 +42,22 @@ class Towers {
     double forward_s = 0.0, backward_s = 0.0;
   };
   virtual ComputeSplit last_compute_split() const = 0;
+  // Overlap with the exchange (--overlap): true when the towers can report per-layer events as
+  // they happen (CPU towers: their work is synchronous; GPU towers queue it, and report nothing).
+  virtual bool supports_layer_hooks() const = 0;
+  // Installs per-layer hooks over the worker's host buffers (empty functions remove them):
+  //   before_forward(b, e): before any tower reads parameters [b, e); when it returns they must
+  //     be in parameter_staging(); towers other than tower 0 then copy the range for themselves,
+  //     so load_parameters() is not needed.
+  //   grads_ready(b, e): the worker's gradient over [b, e) is final in the buffer
+  //     combine_gradients() returns (summed over the towers as the last tower's backward
+  //     passes), so combine_gradients() must not be called.
+  virtual void set_layer_hooks(const nn::LayerHooks& hooks) = 0;
+  // With hooks: the host buffer holding the worker's gradient (what combine_gradients() would
+  // return, without combining).
+  virtual const float* hooked_gradients() = 0;
+  // Each layer's parameter range, forward order (empty ranges for layers without parameters).
+  virtual const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const = 0;
   // Forward-only loss over n host images (tower 0, in batches).
   virtual backend::LossSums evaluate(const float* images, const std::int32_t* labels, int n) = 0;
 };
