@@ -11,7 +11,11 @@ line with the measured samples/s:
 
 --ranks 1: one plain process (no DDP). --ranks N > 1: DistributedDataParallel over gloo (CPU),
 N processes started with torch.multiprocessing.spawn, rendezvous tcp://127.0.0.1:<free port>;
-each rank takes global_batch / N samples of every global batch.
+each rank takes global_batch / N samples of every global batch. --rendezvous tcp://HOST:PORT:
+the processes were started by an MPI launcher (one per rank, e.g. across the emulated cluster's
+nodes, bench/cluster_train.sh); rank and size come from its environment (Open MPI's
+OMPI_COMM_WORLD_RANK/SIZE or MPICH's PMI_RANK/PMI_SIZE) and --ranks is ignored.
+--model also takes drtrain's "mlp:784-H1-...-10" form (ReLU between the layers).
 
 samples/s = global samples of the --steps timed steps / wall time of those steps, measured on
 rank 0; --warmup steps run first and are not timed. In DDP mode all ranks meet in a barrier
@@ -38,12 +42,14 @@ import time
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    p.add_argument("--model", default="mlp", help="mlp | cnn | mlp:784-H1-...-10")
     p.add_argument("--dataset", choices=["synthetic", "fashion-mnist"], default="synthetic")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
                    help="directory with the Fashion-MNIST IDX .gz files")
     p.add_argument("--synthetic-train", type=int, default=60000, help="images of --dataset synthetic")
     p.add_argument("--ranks", type=int, default=1, help="1: single process; N > 1: DDP (gloo) with N processes")
+    p.add_argument("--rendezvous", default="",
+                   help="tcp://HOST:PORT: DDP among processes an MPI launcher started (rank and size from its env)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="where the model trains (cuda: --ranks 1 only)")
     p.add_argument("--threads", type=int, default=1,
@@ -174,8 +180,15 @@ def load_data(a):
 def make_model(name):
     import torch.nn as nn
     if name == "mlp":
-        return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
-                             nn.Linear(256, 10))
+        name = "mlp:784-512-256-10"
+    if name.startswith("mlp:"):
+        widths = [int(w) for w in name[4:].split("-")]
+        layers = []
+        for i in range(len(widths) - 1):
+            layers += [nn.Linear(widths[i], widths[i + 1])] + ([nn.ReLU()] if i + 2 < len(widths) else [])
+        return nn.Sequential(*layers)
+    if name != "cnn":
+        raise SystemExit(f"unknown --model {name}")
     return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
@@ -195,13 +208,14 @@ def train(rank, a, port):
     if ddp:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=a.ranks)
+        init = a.rendezvous or f"tcp://127.0.0.1:{port}"
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=a.ranks)
 
     pixels, labels = load_data(a)
     images = torch.from_numpy(pixels)
     if a.model == "cnn":
         images = images.view(-1, 1, 28, 28)
+    grad_bytes = 4 * sum(p.numel() for p in make_model(a.model).parameters())
     targets = torch.from_numpy(labels)
     count = images.shape[0]
     global_batch, local = a.batch_size, a.batch_size // a.ranks
@@ -267,7 +281,8 @@ def train(rank, a, port):
             "peer": "torch", "model": a.model, "dataset": a.dataset, "ranks": a.ranks,
             "threads": a.threads, "batch_size": global_batch,
             "samples_per_s": a.steps * global_batch / wall,
-            "torch": torch.__version__,
+            "torch": torch.__version__, "gradient_bytes": grad_bytes,
+            "step_ms": 1e3 * wall / a.steps,
             "steps": a.steps, "warmup": a.warmup, "wall_s": wall, "last_loss": final_loss,
             "torch_threads": torch.get_num_threads(), "openblas_core": loaded_openblas_core(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
@@ -296,6 +311,12 @@ def main():
     set_blas_coretype(a.blas_coretype)
     if a.omp_wait_policy != "default":
         os.environ["OMP_WAIT_POLICY"] = a.omp_wait_policy.upper()
+    if a.rendezvous:
+        env = os.environ
+        rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("PMI_RANK", "0")))
+        a.ranks = int(env.get("OMPI_COMM_WORLD_SIZE", env.get("PMI_SIZE", "1")))
+        train(rank, a, None)
+        return
     if a.ranks == 1:
         train(0, a, None)
         return

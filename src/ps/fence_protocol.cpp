@@ -61,7 +61,7 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     start_sequence(upload);
   }
 
-  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t /*pushes*/) override {
+  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t /*pushes*/, EarlyPull* /*early*/) override {
     close_reads();
     for (const Chunk& c : chunks) issue_gradient(window_, config_, topo_.role_index(), grad, c);
   }
@@ -100,7 +100,7 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
   // Fence epochs do not overlap: the pull epoch opens after every PS has applied.
   void step(const void* grad, const std::vector<Chunk>& push_chunks, void* params, std::vector<Chunk> pull_chunks,
             std::int64_t pushes) override {
-    push(grad, push_chunks, pushes);
+    push(grad, push_chunks, pushes, nullptr);
     finish_push(pushes);
     pull(params, std::move(pull_chunks), pushes + 1);
     complete_pull();

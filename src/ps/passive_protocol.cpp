@@ -116,10 +116,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
 
   // Gets of the previous version complete first (the PS overwrites a block's parameters once
   // every worker has pushed it again); Gets of the version this push leads to, issued during
-  // the push (WorkerExchange::pull_if_published), may stay in flight.
-  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) override {
+  // the step's earlier pushes, may stay in flight.
+  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, EarlyPull* early) override {
     if (gets_version_ != pushes + 1) complete_pull();
-    push_chunks(grad, chunks, pushes, nullptr, nullptr);
+    push_chunks(grad, chunks, pushes, early ? early->params : nullptr, early ? early->left : nullptr);
   }
 
   // Pushes, and after each announcement (a round trip to that PS anyway) reads that PS's versions
@@ -228,6 +228,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // Gets the chunks of PS `ps` in `left` whose blocks are published at `version` (one read of
   // that PS's versions), and removes them from `left`.
   void pull_published(void* params, std::vector<Chunk>& left, int ps, std::int64_t version) {
+    gets_version_ = version;
     refresh_versions(ps);
     auto split = std::stable_partition(left.begin(), left.end(), [&](const Chunk& c) {
       return !(c.ps == ps && known_version(c.ps, c.block) >= version);

@@ -46,9 +46,18 @@ class WorkerProtocol {
   // restore) before any access, then the chief (initial != null) uploads the parameters of
   // `all` chunks and they complete at the PS before anyone proceeds.
   virtual void start(const float* initial, const std::vector<Chunk>& all) = 0;
-  // Issues the gradient chunks of push number `pushes` (completing any pull still open) and
-  // announces blocks as they complete; may return before the data has left (see complete_local).
-  virtual void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes) = 0;
+  // Gets to issue during a push: the chunks of `params` not yet pulled (removed as they go out).
+  struct EarlyPull {
+    void* params;
+    std::vector<Chunk>* left;
+  };
+  // Issues the gradient chunks of push number `pushes` (completing any pull of an older version
+  // still open) and announces blocks as they complete; may return before the data has left (see
+  // complete_local). With `early` (passive): after each announcement, also Gets the chunks in
+  // early->left whose blocks are already published at version pushes + 1 (completed by
+  // complete_pull()); fence ignores it.
+  virtual void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes,
+                    EarlyPull* early = nullptr) = 0;
   // Returns once the buffers of the pushes to `targets` may be reused.
   virtual void complete_local(const std::vector<int>& targets) = 0;
   // Every chunk of push `pushes` has been issued: announce what is left.

@@ -101,7 +101,22 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   const double t0 = now_seconds();
   std::vector<Chunk> list = chunks(offset, count);
   order_push(list);
-  protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1);
+  if (early_params_ && early_push_ == pushes_ + 1) {
+    WorkerProtocol::EarlyPull early{bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_, &early_left_};
+    const std::vector<Chunk> before = bf16_wire() ? early_left_ : std::vector<Chunk>{};
+    const std::size_t left_before = early_left_.size();
+    protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1, &early);
+    chunks_early_ += static_cast<std::int64_t>(left_before - early_left_.size());
+    // bf16: remember which chunks went out (the protocol keeps the order of those left), to
+    // widen them when they complete.
+    for (std::size_t i = 0, j = 0; i < before.size(); ++i)
+      if (j < early_left_.size() && early_left_[j].at == before[i].at && early_left_[j].ps == before[i].ps)
+        ++j;
+      else
+        early_inflight_.push_back(before[i]);
+  } else {
+    protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1);
+  }
   pushed_elements_ += count;
   PushHandle handle;
   handle.owner_ = this;
@@ -143,11 +158,28 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
                     "-element parameter space"));
   const double t0 = now_seconds();
   void* into = params;
-  if (bf16_wire()) {  // converted in complete_pull()
+  std::vector<Chunk> list = chunks(offset, count);
+  if (early_params_ && early_push_ == pushes_) {
+    // pull_during_push(): only the chunks that did not go out yet and overlap the range (a chunk
+    // reaching into a neighbouring range goes with whichever range is pulled first), with their
+    // places in the whole buffer.
+    DRT_ASSERT(params == early_params_ + offset, "pull() into another buffer than pull_during_push() named");
+    list.clear();
+    for (auto it = early_left_.begin(); it != early_left_.end();) {
+      if (it->at < offset + count && it->at + static_cast<std::size_t>(it->count) > offset) {
+        list.push_back(*it);
+        if (bf16_wire()) early_inflight_.push_back(*it);
+        it = early_left_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    into = bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_;  // bf16: widened in complete_pull()
+  } else if (bf16_wire()) {  // converted in complete_pull()
     into = params_wire_.data() + offset;
     pending_.push_back({params, offset, count});
   }
-  protocol_->pull(into, chunks(offset, count), pushes_ + 1);
+  protocol_->pull(into, std::move(list), pushes_ + 1);
   account(t0, times_.pull_s);
   PullHandle handle;
   handle.owner_ = this;
@@ -162,31 +194,13 @@ bool WorkerExchange::published(std::size_t offset, std::size_t count) {
   return yes;
 }
 
-std::optional<PullHandle> WorkerExchange::pull_if_published(float* params, std::size_t offset, std::size_t count) {
-  check_open("pull_if_published");
-  if (pushed_elements_ == 0)
-    throw Error(str(rank_tag(), ": pull_if_published() outside a push; use pull() after finish_push()"));
-  if (offset + count > plan_.total())
-    throw Error(str(rank_tag(), ": pull of [", offset, ", ", offset + count, ") outside the ", plan_.total(),
-                    "-element parameter space"));
-  if (config_.sync != RmaSync::kPassive) return std::nullopt;
-  const double t0 = now_seconds();
-  const std::vector<Chunk> list = chunks(offset, count);
-  const std::int64_t version = pushes_ + 2;  // what the push in progress leads to
-  if (!protocol_->published(list, version)) {
-    account(t0, times_.wait_s);
-    return std::nullopt;
-  }
-  void* into = params;
-  if (bf16_wire()) {
-    into = params_wire_.data() + offset;
-    pending_.push_back({params, offset, count});
-  }
-  protocol_->pull(into, list, version);  // published: no waiting, only Gets
-  account(t0, times_.pull_s);
-  PullHandle handle;
-  handle.owner_ = this;
-  return handle;
+void WorkerExchange::pull_during_push(float* params) {
+  check_open("pull_during_push");
+  if (pushed_elements_ != 0) throw Error(str(rank_tag(), ": pull_during_push() after the step's first push()"));
+  early_params_ = params;
+  early_left_ = chunks(0, plan_.total());
+  early_inflight_.clear();
+  early_push_ = pushes_ + 1;
 }
 
 void WorkerExchange::complete_pull() {
@@ -194,6 +208,9 @@ void WorkerExchange::complete_pull() {
   protocol_->complete_pull();
   for (const PendingPull& p : pending_) kernels::ref::bf16_to_float(params_wire_.data() + p.offset, p.params, p.count);
   pending_.clear();
+  for (const Chunk& c : early_inflight_)
+    kernels::ref::bf16_to_float(params_wire_.data() + c.at, early_params_ + c.at, static_cast<std::size_t>(c.count));
+  early_inflight_.clear();
   account(t0, times_.pull_s);
 }
 

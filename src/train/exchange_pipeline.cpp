@@ -175,26 +175,18 @@ void ExchangePipeline::push(const Task& task) {
   const double t0 = now_seconds();
   // The gradient buffer stays untouched until the next step's begin_step(), which waits for
   // finish_push(): by then every block is announced, so flushed (complete at the PS).
+  if (!armed_) {  // the step's first push: published blocks travel back during the pushes
+    exchange_.pull_during_push(params_);
+    armed_ = true;
+  }
   exchange_.push(grads_ + range.first, range.first, range.second - range.first);
   timeline_.span("push", t0, now_seconds(), task.step, Timeline::kExchangeTrack);
-  // The buckets pushed before this one may be published already: their Gets use the link back
-  // while the rest of the gradient still goes out.
-  for (std::size_t k = buckets_.size(); k-- > 0;) {
-    const Range& b = buckets_[k];
-    if (b.first < range.second) break;  // pushed just now (or not yet): the PS cannot have it
-    if (std::find(early_.begin(), early_.end(), k) != early_.end()) continue;
-    const double start = now_seconds();
-    std::optional<ps::PullHandle> gets = exchange_.pull_if_published(params_ + b.first, b.first, b.second - b.first);
-    if (!gets) break;  // published in push order: the next ones are not either
-    early_.push_back(k);
-    early_gets_ = std::move(gets);
-    timeline_.span("pull", start, now_seconds(), task.step, Timeline::kExchangeTrack);
-  }
 }
 
-// Pulls every bucket, marking each as it lands: in forward order among those already published
-// (the next forward needs the first layers first); when none is, it waits for the one published
-// earliest, the highest (pushed first, since backward reports the last layers first).
+// Pulls every bucket (what the pushes did not already bring back), marking each as it lands: in
+// forward order among those already published (the next forward needs the first layers first);
+// when none is, it waits for the one published earliest, the highest (pushed first, since
+// backward reports the last layers first).
 void ExchangePipeline::pull_all(const Task& task) {
   const double t0 = now_seconds();
   exchange_.finish_push();
@@ -204,21 +196,9 @@ void ExchangePipeline::pull_all(const Task& task) {
     pushed_ = task.version;  // every push of the step is complete: the gradient buffer is free
   }
   wake_.notify_all();
-  std::vector<std::size_t> left;
-  for (std::size_t k = 0; k < buckets_.size(); ++k)
-    if (std::find(early_.begin(), early_.end(), k) == early_.end()) left.push_back(k);
-  if (early_gets_) {  // the Gets issued during the push
-    const double start = now_seconds();
-    early_gets_->wait();
-    timeline_.span("pull", start, now_seconds(), task.step, Timeline::kExchangeTrack);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (std::size_t k : early_) pulled_[k] = task.version;
-    }
-    wake_.notify_all();
-  }
-  early_.clear();
-  early_gets_.reset();
+  armed_ = false;
+  std::vector<std::size_t> left(buckets_.size());
+  for (std::size_t k = 0; k < left.size(); ++k) left[k] = k;
   const auto pull = [&](std::size_t k) {
     const Range& b = buckets_[k];
     const double start = now_seconds();

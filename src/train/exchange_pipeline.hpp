@@ -3,9 +3,9 @@
 //
 //   compute thread                              exchange thread (the only one calling MPI meanwhile)
 //   backward of layer k -> grads_ready(range)   push every complete bucket (queued ones merged
-//                                               into one range: round-robin over its PS); after
-//                                               each push, Get the buckets pushed earlier that
-//                                               the PS have already published
+//                                               into one range: round-robin over its PS); the
+//                                               blocks the PS have already published come back
+//                                               meanwhile (WorkerExchange::pull_during_push)
 //   end of backward     -> backward_done()      finish_push, then pull every other bucket,
 //                                               forward order first among those published
 //   forward of layer k  -> await_params(range)  (blocks until the range's bucket is pulled)
@@ -24,7 +24,6 @@
 #include <deque>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -103,9 +102,7 @@ class ExchangePipeline {
   std::vector<std::int64_t> pulled_;  // per bucket: the version in place (0: the initial pull)
   std::int64_t pushed_ = 0;           // finish_push() calls done
 
-  // Exchange thread only, per step: the buckets whose Gets went out during the push.
-  std::vector<std::size_t> early_;
-  std::optional<ps::PullHandle> early_gets_;
+  bool armed_ = false;  // exchange thread: pull_during_push() done for the step being pushed
   ps::ExchangeTimes times_;
   double exposed_s_ = 0.0;
   std::thread thread_;

@@ -168,6 +168,7 @@ class WorkerLoop {
     const double t0 = now_seconds();
     pipeline_->drain();
     job_.timeline->span("exchange drain", t0, now_seconds());
+    phases_.exposed += pipeline_->take_exposed_seconds();  // the loop waited, outside any step
   }
 
   void train_step(const data::WorkerBatch& batch, std::int64_t step) {
@@ -220,8 +221,8 @@ class WorkerLoop {
     comm::Watchdog::beat("training step");
     if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
     const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
-    pipeline_->begin_step(step);
     const double t0 = now_seconds();
+    pipeline_->begin_step(step);
     const backend::LossSums sums = towers_->compute(batch, scale);
     check_loss(sums, batch, step);
     pipeline_->backward_done();

@@ -15,7 +15,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "drtrain/comm/topology.hpp"
@@ -80,12 +79,14 @@ class WorkerExchange {
   // Whether a pull of [offset, offset + count) after the push just finished would find every
   // block published (one read of the version words of each PS involved; no waiting).
   bool published(std::size_t offset, std::size_t count);
-  // During a push (after push() calls, before finish_push()): when every block of the range is
-  // already published at the version this push leads to (every worker pushed it, the PS
-  // applied it), issues its Gets and returns their handle; otherwise issues nothing. The Gets
-  // overlap the rest of the push; wait() on the handle (after finish_push() or before) completes
-  // them. Always nothing under --rma-sync fence, whose pull epoch opens after every push.
-  std::optional<PullHandle> pull_if_published(float* params, std::size_t offset, std::size_t count);
+  // Before the first push() of a step: every push() of this step also Gets the blocks of the
+  // new parameters that the PS have already published (those every worker pushed earlier and
+  // the PS applied), into `params` (the whole flat space), so that they travel back while the
+  // rest of the gradient still goes out; the step's pull() calls then Get only what is left,
+  // and complete both. Under --rma-sync fence nothing moves early. The caller must not read a
+  // block's parameters after pushing its gradient until the pull completes (the training loop
+  // pushes a layer's gradient after its backward, the last use of its parameters in the step).
+  void pull_during_push(float* params);
   // Pull everything and wait.
   void pull_all(float* params);
   // A whole step: push the whole gradient, finish, pull the whole model and wait. The same
@@ -99,6 +100,8 @@ class WorkerExchange {
   void finish();
 
   std::int64_t steps_pushed() const { return pushes_; }
+  // Chunks that pull_during_push() brought back during pushes, since the exchange was made.
+  std::int64_t chunks_pulled_during_push() const { return chunks_early_; }
   std::size_t total() const { return plan_.total(); }
   ExchangeTimes take_times();
 
@@ -141,6 +144,13 @@ class WorkerExchange {
     std::size_t offset, count;
   };
   std::vector<PendingPull> pending_;
+  // pull_during_push(): the caller's buffer, the chunks not Gotten yet, and the push they
+  // belong to (0: none armed).
+  float* early_params_ = nullptr;
+  std::vector<Chunk> early_left_;
+  std::vector<Chunk> early_inflight_;  // bf16: Gotten, to widen once complete
+  std::int64_t early_push_ = 0;
+  std::int64_t chunks_early_ = 0;
 };
 
 }  // namespace drt::ps
