@@ -10,9 +10,10 @@
 # Layouts (DRT_BENCH_LAYOUTS to choose; default all four):
 #   dedicated-4+4   8 nodes, 1 rank each: PS on nodes 1-4, workers on nodes 5-8
 #   dedicated-2+2   4 nodes, 1 rank each: PS on nodes 1-2, workers on nodes 3-4
+#   dedicated-1+2   3 nodes, 1 rank each: the PS on node 1, workers on nodes 2-3 (not by default)
 #   colocated-4x2   4 nodes, 2 ranks each, --ps-placement per-node (a PS and a worker per node)
 #   colocated-2x2   2 nodes, 2 ranks each, --ps-placement per-node
-# Every configuration: per-worker batch 64, synthetic data, 1 BLAS thread per rank, SGD momentum
+# Every configuration: per-worker batch 64 (DRT_BENCH_BATCH), synthetic data, 1 BLAS thread per rank, SGD momentum
 # 0.9. drtrain runs --max-steps 25 with --log-every 5: the figures are the means of the last four
 # records (steps 6-25; the first record holds the start-up). Its metrics give, per step, the
 # compute (forward + backward) and the exposed exchange (what the training loop waited for); in
@@ -39,12 +40,12 @@ set -uo pipefail
 export OMPI_MCA_mpi_yield_when_idle=1
 name=\$1 ppn=\$2 ps=\$3 placement=\$4 workers=\$5 model=\$6
 tag=\$(echo "\$model" | tr ':' '_')
-batch=\$((64 * workers))
+batch=\$((${DRT_BENCH_BATCH:-64} * workers))
 run() {  # LABEL drtrain flags...
   local label=\$1; shift
   "$root/tests/cluster/cluster_mpirun.sh" openmpi --ppn "\$ppn" -- "$build/bin/drtrain" --num-ps "\$ps" \\
     --ps-placement "\$placement" --model "\$model" --dataset synthetic --synthetic-train 4096 --synthetic-test 64 \\
-    --batch-size "\$batch" --threads 1 --eval false --max-steps 25 --log-every 5 --lr 0.01 --momentum 0.9 \\
+    --batch-size "\$batch" --epochs 1000 --threads 1 --eval false --max-steps 25 --log-every 5 --lr 0.01 --momentum 0.9 \\
     --metrics "$out/\$name-\$tag-\$label.jsonl" "\$@" > "$out/\$name-\$tag-\$label.log" 2>&1 \\
     || echo "drtrain \$label failed: $out/\$name-\$tag-\$label.log" >&2
 }
@@ -58,7 +59,7 @@ mib=\$(sed -n 's/^model .*parameters, \([0-9.]*\) MiB).*/\1/p' "$out/\$name-\$ta
   --num-ps "\$ps" --ps-placement "\$placement" --sizes-mib "\$mib" --schemes passive,passive-bf16 --iters 5 --warmup 1 \
   > "$out/\$name-\$tag-allreduce.log" 2>&1 || echo "drt_bench_exchange failed: $out/\$name-\$tag-allreduce.log" >&2
 # PyTorch DDP, one rank per node on the first W nodes (OMPI_MCA_* reach every rank)
-"$root/tests/cluster/cluster_mpirun.sh" openmpi --ppn 1 --nodes "\$workers" -- env OMP_NUM_THREADS=1 \\
+"$root/tests/cluster/cluster_mpirun.sh" openmpi --ppn 1 --nodes "\$workers" -- env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 \\
   "$py" "$root/bench/peers/torch_train.py" --model "\$model" --dataset synthetic --synthetic-train 4096 \\
   --batch-size "\$batch" --threads 1 --steps 20 --warmup 5 --lr 0.01 --rendezvous tcp://10.231.0.1:29500 \\
   > "$out/\$name-\$tag-ddp.log" 2>&1 || echo "DDP failed: $out/\$name-\$tag-ddp.log" >&2
@@ -69,6 +70,7 @@ for layout in $layouts; do
   case $layout in
     dedicated-4+4) nodes=8 ppn=1 ps=4 placement=first workers=4 ;;
     dedicated-2+2) nodes=4 ppn=1 ps=2 placement=first workers=2 ;;
+    dedicated-1+2) nodes=3 ppn=1 ps=1 placement=first workers=2 ;;
     colocated-4x2) nodes=4 ppn=2 ps=4 placement=per-node workers=4 ;;
     colocated-2x2) nodes=2 ppn=2 ps=2 placement=per-node workers=2 ;;
     *) echo "cluster_train: unknown layout $layout" >&2; exit 1 ;;
@@ -81,9 +83,10 @@ for layout in $layouts; do
 done
 
 # One table row per layout and model.
-"$py" - "$out" "$layouts" "$models" <<'PY'
+"$py" - "$out" "$layouts" "$models" "${DRT_BENCH_BATCH:-64}" <<'PY'
 import glob, json, os, sys
 out, layouts, models = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+per_worker = int(sys.argv[4])
 
 def drtrain(path):
     try:
@@ -130,8 +133,8 @@ for layout in layouts:
         if any(v is None for v in r.values()):
             print(f"| {layout} | {model} | (failed: see {out}) |")
             continue
-        workers = int(layout.split("-")[1][0])  # dedicated-4+4, colocated-4x2: 4 workers
-        ms = {k: 1e3 * 64 * workers / v["samples_per_s"] for k, v in r.items()}
+        workers = int(layout.split("-")[1][-1] if "+" in layout else layout.split("-")[1][0])  # 4+4, 1+2, 4x2
+        ms = {k: 1e3 * per_worker * workers / v["samples_per_s"] for k, v in r.items()}
         compute, x32, x16 = r["seq-fp32"]["compute_ms"], r["seq-fp32"]["exposed_ms"], r["seq-bf16"]["exposed_ms"]
         best = max(v["samples_per_s"] for v in r.values())
         ddp_ms = d["step_ms"] if d else float("nan")

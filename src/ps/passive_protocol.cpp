@@ -210,7 +210,9 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
  private:
   // Issues `chunks` of push number `pushes`, announcing each block once complete. With
   // `early_pulls`: after each announcement, Gets the chunks of that PS's blocks that are already
-  // at version pushes + 1, and removes them from the list.
+  // at version pushes + 1, and of one other PS in turn (a push may go to one PS only, e.g. a
+  // layer that one shard holds, while the others have blocks ready), and removes them from the
+  // list.
   void push_chunks(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, void* params,
                    std::vector<Chunk>* early_pulls) {
     const int me = topo_.role_index();
@@ -221,7 +223,11 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       issue_gradient(window_, config_, me, grad, c);
       if (!c.completes_block) continue;
       announce(c.ps, c.block, pushes);
-      if (early_pulls) pull_published(params, *early_pulls, c.ps, pushes + 1);
+      if (!early_pulls) continue;
+      pull_published(params, *early_pulls, c.ps, pushes + 1);
+      const int other = static_cast<int>(next_other_++ % static_cast<std::uint64_t>(window_.num_ps()));
+      if (other != c.ps && std::any_of(early_pulls->begin(), early_pulls->end(), [&](const Chunk& e) { return e.ps == other; }))
+        pull_published(params, *early_pulls, other, pushes + 1);
     }
   }
 
@@ -327,6 +333,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   std::vector<std::vector<bool>> predecessor_done_;  // ordered push: worker w-1 announced it
   std::vector<MPI_Request> gets_;                    // MPI_Rgets issued and not yet completed
   std::int64_t gets_version_ = 0;                    // the version the last pull() read
+  std::uint64_t next_other_ = 0;                     // early pulls: the next other PS to look at
   std::vector<int> gets_ps_;                         // the PS each of them reads from
 };
 

@@ -48,8 +48,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
       ("overlap", po::value<bool>(&c.overlap)->default_value(c.overlap),
-       "overlap the exchange with compute: push gradients during backward, pull parameters during the "
-       "next forward (CPU towers with --rma-sync passive; the sequential step elsewhere)")
+       "overlap the exchange with compute on a worker thread: push gradients during backward, pull "
+       "parameters during the next forward (CPU towers with --rma-sync passive; not yet faster across "
+       "nodes, see docs/ARCHITECTURE.md)")
       ("bucket-kib", po::value<std::size_t>(&c.bucket_kib)->default_value(c.bucket_kib),
        "--overlap: gradients leave in buckets of whole layers of at least this many KiB")
       ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end")

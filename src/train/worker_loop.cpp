@@ -140,7 +140,7 @@ class WorkerLoop {
     std::string why_not;
     int level = MPI_THREAD_SINGLE;
     DRT_MPI_CHECK(MPI_Query_thread(&level));
-    if (!job_.config.overlap) why_not = "--overlap false";
+    if (!job_.config.overlap) return;  // the default: nothing to report
     else if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
     else if (job_.config.exchange.sync != ps::RmaSync::kPassive) why_not = "--rma-sync fence pulls in one epoch";
     else if (level < MPI_THREAD_SERIALIZED) why_not = "the MPI library does not provide MPI_THREAD_SERIALIZED";

@@ -85,7 +85,8 @@ def main():
 
     # 64 KiB buckets: the fc3+fc2 bucket leaves while fc1's backward (784 x 2048, a few ms) still
     # runs, even when the exchange thread has to wait for a core.
-    events, names, spans, metrics = run(a, "overlap", ["--bucket-kib", "64", "--model", "mlp:784-2048-256-10"])
+    events, names, spans, metrics = run(a, "overlap", ["--overlap", "true", "--bucket-kib", "64",
+                                                       "--model", "mlp:784-2048-256-10"])
     if sorted(names) != [0, 1, 2, 4, 5] or not names[4].startswith("worker 0") or "exchange thread" not in names[4]:
         fail(f"overlap: tracks: {names}")
     for tid in (1, 2):

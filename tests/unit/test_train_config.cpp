@@ -54,6 +54,10 @@ TEST(TrainConfig, DefaultsAndFlags) {
   EXPECT_EQ(w.exchange.wire, ps::Wire::kBf16);
   EXPECT_EQ(w.exchange.wire_bytes(), 2u);
   EXPECT_TRUE(w.exchange.per_worker_slots());  // MPI has no bf16 sum: slots summed on the PS
+  EXPECT_FALSE(d.overlap);
+  const TrainConfig o = *parse({"--overlap", "true", "--bucket-kib", "256"});
+  EXPECT_TRUE(o.overlap);
+  EXPECT_EQ(o.bucket_kib, 256u);
 }
 
 TEST(TrainConfig, ConfigFileAndCommandLineWins) {
@@ -81,6 +85,7 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--optimizer", "lbfgs"}).find("choices: sgd, adam, adamw"), std::string::npos);
   EXPECT_NE(error_of({"--lr-schedule", "exp"}).find("choices: constant, step, cosine"), std::string::npos);
   EXPECT_NE(error_of({"--dataset", "cifar"}).find("choices: fashion-mnist, synthetic"), std::string::npos);
+  EXPECT_NE(error_of({"--bucket-kib", "0"}).find("--bucket-kib must be at least 1"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "fp8"}).find("choices: fp32, bf16"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "bf16", "--grad-push", "ordered"}).find("drop --grad-push ordered"), std::string::npos);
   EXPECT_NE(error_of({"--epochs", "0"}).find("--epochs must be at least 1"), std::string::npos);

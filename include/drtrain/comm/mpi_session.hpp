@@ -1,5 +1,6 @@
-// MpiSession: initialises MPI for the process (MPI_THREAD_FUNNELED: only the main thread calls
-// MPI) and finalises it only if it initialised it. Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and
+// MpiSession: initialises MPI for the process (asking for MPI_THREAD_SERIALIZED: a worker's
+// exchange thread, --overlap, calls MPI while the training loop does not, never both at once)
+// and finalises it only if it initialised it. Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD and
 // MPI_COMM_SELF so DRT_MPI_CHECK sees errors, and records the world rank for log tags.
 // run_mpi_main is the body of every drtrain executable: it maps errors to exits (see below).
 #pragma once

@@ -34,9 +34,9 @@ struct TrainConfig {
   int log_every = 50;   // steps between progress lines and metrics records
   int threads = 0;      // BLAS threads per worker; 0: cores on the node / workers on the node
   // Overlap the exchange with compute (a worker's exchange thread: push during backward, pull
-  // during the next forward); used where possible (CPU towers, --rma-sync passive, MPI with
-  // MPI_THREAD_SERIALIZED), the plain sequential step elsewhere.
-  bool overlap = true;
+  // during the next forward) where possible (CPU towers, --rma-sync passive, MPI with
+  // MPI_THREAD_SERIALIZED); off by default until it is faster (docs/ARCHITECTURE.md).
+  bool overlap = false;
   std::size_t bucket_kib = 4096;  // --overlap: the smallest gradient bucket pushed at once
   bool eval = true;     // evaluate on the test set after every epoch
   std::string checkpoint_dir;        // empty: no checkpoints
