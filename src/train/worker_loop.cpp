@@ -137,11 +137,11 @@ class WorkerLoop {
 
   // --overlap where it can work: the exchange on its own thread, driven by per-layer hooks.
   void start_overlap() {
-    std::string why_not;
+    if (!job_.config.overlap) return;  // the default: nothing to report
     int level = MPI_THREAD_SINGLE;
     DRT_MPI_CHECK(MPI_Query_thread(&level));
-    if (!job_.config.overlap) return;  // the default: nothing to report
-    else if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
+    std::string why_not;
+    if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
     else if (job_.config.exchange.sync != ps::RmaSync::kPassive) why_not = "--rma-sync fence pulls in one epoch";
     else if (level < MPI_THREAD_SERIALIZED) why_not = "the MPI library does not provide MPI_THREAD_SERIALIZED";
     if (!why_not.empty()) {
@@ -171,13 +171,19 @@ class WorkerLoop {
     phases_.exposed += pipeline_->take_exposed_seconds();  // the loop waited, outside any step
   }
 
-  void train_step(const data::WorkerBatch& batch, std::int64_t step) {
-    if (pipeline_) return overlapped_step(batch, step);
+  // What every step does first: the watchdog's beat, the test-only stop fault, and the scale of
+  // the towers' gradients. Each tower's gradient is W / B_global * (sum of its losses)': summed
+  // over towers and divided by W on the PS, that is the mean over the global batch, whatever the
+  // split.
+  float start_step(const data::WorkerBatch& batch, std::int64_t step) const {
     comm::Watchdog::beat("training step");
     if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
-    // Each tower's gradient is W / B_global * (sum of its losses)': summed over towers and
-    // divided by W on the PS, that is the mean over the global batch, whatever the split.
-    const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
+    return static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
+  }
+
+  void train_step(const data::WorkerBatch& batch, std::int64_t step) {
+    if (pipeline_) return overlapped_step(batch, step);
+    const float scale = start_step(batch, step);
     const double t0 = now_seconds();
     const backend::LossSums sums = towers_->compute(batch, scale);
     check_loss(sums, batch, step);
@@ -218,9 +224,7 @@ class WorkerLoop {
   // --overlap: forward waits per layer for its parameters (pulled by the exchange thread),
   // backward hands each finished bucket to the exchange thread; the step ends with backward.
   void overlapped_step(const data::WorkerBatch& batch, std::int64_t step) {
-    comm::Watchdog::beat("training step");
-    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
-    const float scale = static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
+    const float scale = start_step(batch, step);
     const double t0 = now_seconds();
     pipeline_->begin_step(step);
     const backend::LossSums sums = towers_->compute(batch, scale);
