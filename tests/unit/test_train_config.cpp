@@ -72,13 +72,13 @@ TEST(TrainConfig, ConfigFileAndCommandLineWins) {
 TEST(TrainConfig, PrintConfigRoundTrips) {
   const TrainConfig c = *parse({"--model", "mlp:784-64-10", "--batch-size", "96", "--optimizer", "adam",
                                 "--beta2", "0.99", "--rma-sync", "fence", "--seed", "42", "--eval", "false",
-                                "--wire", "bf16"});
+                                "--overlap", "true"});
   const std::string file = write_file("drt_roundtrip.ini", c.to_ini());
   const TrainConfig back = *parse({"--config", file});
   EXPECT_EQ(back.to_ini(), c.to_ini());
   EXPECT_EQ(back.model, "mlp:784-64-10");
   EXPECT_FALSE(back.eval);
-  EXPECT_EQ(back.exchange.wire, ps::Wire::kBf16);
+  EXPECT_TRUE(back.overlap);
 }
 
 TEST(TrainConfig, ErrorsNameTheProblem) {
@@ -88,6 +88,7 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--bucket-kib", "0"}).find("--bucket-kib must be at least 1"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "fp8"}).find("choices: fp32, bf16"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "bf16", "--grad-push", "ordered"}).find("drop --grad-push ordered"), std::string::npos);
+  EXPECT_NE(error_of({"--wire", "bf16", "--rma-sync", "fence"}).find("use --rma-sync passive"), std::string::npos);
   EXPECT_NE(error_of({"--epochs", "0"}).find("--epochs must be at least 1"), std::string::npos);
   EXPECT_NE(error_of({"--lr", "abc"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini: cannot open"), std::string::npos);
