@@ -119,7 +119,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // the step's earlier pushes, may stay in flight.
   void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, EarlyPull* early) override {
     if (gets_version_ != pushes + 1) complete_pull();
-    push_chunks(grad, chunks, pushes, early ? early->params : nullptr, early ? early->left : nullptr);
+    push_chunks(grad, chunks, pushes, early);
   }
 
   // Pushes, and after each announcement (a round trip to that PS anyway) reads that PS's versions
@@ -128,7 +128,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   void step(const void* grad, const std::vector<Chunk>& push_list, void* params, std::vector<Chunk> pull_list,
             std::int64_t pushes) override {
     if (gets_version_ != pushes + 1) complete_pull();
-    push_chunks(grad, push_list, pushes, params, &pull_list);
+    EarlyPull early{params, &pull_list, nullptr};
+    push_chunks(grad, push_list, pushes, &early);
     finish_push(pushes);
     pull(params, std::move(pull_list), pushes + 1);
     complete_pull();
@@ -208,13 +209,11 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   }
 
  private:
-  // Issues `chunks` of push number `pushes`, announcing each block once complete. With
-  // `early_pulls`: after each announcement, Gets the chunks of that PS's blocks that are already
-  // at version pushes + 1, and of one other PS in turn (a push may go to one PS only, e.g. a
-  // layer that one shard holds, while the others have blocks ready), and removes them from the
-  // list.
-  void push_chunks(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, void* params,
-                   std::vector<Chunk>* early_pulls) {
+  // Issues `chunks` of push number `pushes`, announcing each block once complete. With `early`:
+  // after each announcement, Gets the chunks of that PS's blocks that are already at version
+  // pushes + 1, and of one other PS in turn (a push may go to one PS only, e.g. a layer that one
+  // shard holds, while the others have blocks ready).
+  void push_chunks(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, EarlyPull* early) {
     const int me = topo_.role_index();
     const bool ordered = config_.grad_push() == GradPush::kOrdered;
     for (const Chunk& c : chunks) {
@@ -223,23 +222,25 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       issue_gradient(window_, config_, me, grad, c);
       if (!c.completes_block) continue;
       announce(c.ps, c.block, pushes);
-      if (!early_pulls) continue;
-      pull_published(params, *early_pulls, c.ps, pushes + 1);
+      if (!early) continue;
+      pull_published(*early, c.ps, pushes + 1);
       const int other = static_cast<int>(next_other_++ % static_cast<std::uint64_t>(window_.num_ps()));
-      if (other != c.ps && std::any_of(early_pulls->begin(), early_pulls->end(), [&](const Chunk& e) { return e.ps == other; }))
-        pull_published(params, *early_pulls, other, pushes + 1);
+      if (other != c.ps && std::any_of(early->left->begin(), early->left->end(), [&](const Chunk& e) { return e.ps == other; }))
+        pull_published(*early, other, pushes + 1);
     }
   }
 
-  // Gets the chunks of PS `ps` in `left` whose blocks are published at `version` (one read of
-  // that PS's versions), and removes them from `left`.
-  void pull_published(void* params, std::vector<Chunk>& left, int ps, std::int64_t version) {
+  // Gets the chunks of PS `ps` in early.left whose blocks are published at `version` (one read of
+  // that PS's versions), and moves them from early.left to early.issued (when given).
+  void pull_published(EarlyPull& early, int ps, std::int64_t version) {
     gets_version_ = version;
     refresh_versions(ps);
+    std::vector<Chunk>& left = *early.left;
     auto split = std::stable_partition(left.begin(), left.end(), [&](const Chunk& c) {
       return !(c.ps == ps && known_version(c.ps, c.block) >= version);
     });
-    get_chunks(params, split, left.end());
+    get_chunks(early.params, split, left.end());
+    if (early.issued) early.issued->insert(early.issued->end(), split, left.end());
     left.erase(split, left.end());
   }
 
@@ -317,8 +318,6 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
   HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
     const std::vector<std::string> missing = workers_where(ps, block, version - 1, -1);
-    // (This worker's own word counts too: a caller that waits for a block it has not pushed yet
-    // names itself.)
     return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ",
                          topo_.ps_name(ps), " to publish block ", block, " after step ", version - 2,
                          " (it has published ", known_version(ps, block), " version(s) of it); ",

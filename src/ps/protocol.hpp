@@ -46,10 +46,12 @@ class WorkerProtocol {
   // restore) before any access, then the chief (initial != null) uploads the parameters of
   // `all` chunks and they complete at the PS before anyone proceeds.
   virtual void start(const float* initial, const std::vector<Chunk>& all) = 0;
-  // Gets to issue during a push: the chunks of `params` not yet pulled (removed as they go out).
+  // Gets to issue during a push: the chunks of `params` not yet pulled (moved from `left` to
+  // `issued` as they go out).
   struct EarlyPull {
     void* params;
     std::vector<Chunk>* left;
+    std::vector<Chunk>* issued;
   };
   // Issues the gradient chunks of push number `pushes` (completing any pull of an older version
   // still open) and announces blocks as they complete; may return before the data has left (see

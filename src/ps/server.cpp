@@ -108,7 +108,7 @@ void ParameterServer::apply_block(int block) {
   const int workers = topo_.num_workers();
   const float scale = 1.0f / static_cast<float>(workers);
   const bool bf16 = config_.wire == Wire::kBf16;
-  const bool sum_slots = config_.per_worker_slots() && (workers > 1 || bf16);
+  const bool sum_slots = config_.per_worker_slots() && workers > 1;
   // Only the accumulate push needs a zeroed sum; ordered starts each step with worker 0's Put.
   const bool zero_sum = config_.grad_push() == GradPush::kAccumulate;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
@@ -117,28 +117,27 @@ void ParameterServer::apply_block(int block) {
   std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
+  // Fixed order ((g0 + g1) + g2) + ... in float32: bitwise the same whatever order pushes
+  // arrived in. `slot(w)` points at worker w's elements, `widen` makes them float32.
+  const auto sum_in_worker_order = [workers](float* sum, std::size_t n, auto slot, auto widen) {
+    const auto* first = slot(0);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = widen(first[i]);
+    for (int w = 1; w < workers; ++w) {
+      const auto* next = slot(w);
+      for (std::size_t i = 0; i < n; ++i) sum[i] += widen(next[i]);
+    }
+  };
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
-    const float* grad = bf16 ? nullptr : window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's slot
-    if (sum_slots) {
-      // Fixed order ((g0 + g1) + g2) + ... in float32: bitwise the same whatever order pushes
-      // arrived in.
-      float* sum = slot_sum_.data();
-      if (bf16) {
-        kernels::ref::bf16_to_float(window_.local_bf16(geometry.grad(0, begin)) + b, sum, n);
-        for (int w = 1; w < workers; ++w) {
-          const std::uint16_t* slot = window_.local_bf16(geometry.grad(w, begin)) + b;
-          for (std::size_t i = 0; i < n; ++i) sum[i] += kernels::bf16_bits_to_float(slot[i]);
-        }
-      } else {
-        std::memcpy(sum, grad, n * sizeof(float));
-        for (int w = 1; w < workers; ++w) {
-          const float* slot = window_.local(geometry.grad(w, begin)) + b;
-          for (std::size_t i = 0; i < n; ++i) sum[i] += slot[i];
-        }
-      }
-      grad = sum;
-    }
+    const float* grad = slot_sum_.data();
+    if (bf16)
+      sum_in_worker_order(slot_sum_.data(), n, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
+                          kernels::bf16_bits_to_float);
+    else if (sum_slots)
+      sum_in_worker_order(slot_sum_.data(), n, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
+                          [](float x) { return x; });
+    else
+      grad = window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's Put (ordered, or one worker)
     optimizer_->update(begin + b, n, params + b, grad, scale);
     if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
     if (zero_sum) std::memset(window_.local(geometry.grad(0, begin)) + b, 0, n * sizeof(float));

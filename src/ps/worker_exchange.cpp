@@ -102,18 +102,12 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   std::vector<Chunk> list = chunks(offset, count);
   order_push(list);
   if (early_params_ && early_push_ == pushes_ + 1) {
-    WorkerProtocol::EarlyPull early{bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_, &early_left_};
-    const std::vector<Chunk> before = bf16_wire() ? early_left_ : std::vector<Chunk>{};
-    const std::size_t left_before = early_left_.size();
+    std::vector<Chunk> issued;
+    WorkerProtocol::EarlyPull early{bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_,
+                                    &early_left_, &issued};
     protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1, &early);
-    chunks_early_ += static_cast<std::int64_t>(left_before - early_left_.size());
-    // bf16: remember which chunks went out (the protocol keeps the order of those left), to
-    // widen them when they complete.
-    for (std::size_t i = 0, j = 0; i < before.size(); ++i)
-      if (j < early_left_.size() && early_left_[j].at == before[i].at && early_left_[j].ps == before[i].ps)
-        ++j;
-      else
-        early_inflight_.push_back(before[i]);
+    chunks_early_ += static_cast<std::int64_t>(issued.size());
+    widen_later(issued, early_params_);
   } else {
     protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1);
   }
@@ -164,20 +158,15 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
     // reaching into a neighbouring range goes with whichever range is pulled first), with their
     // places in the whole buffer.
     DRT_ASSERT(params == early_params_ + offset, "pull() into another buffer than pull_during_push() named");
-    list.clear();
-    for (auto it = early_left_.begin(); it != early_left_.end();) {
-      if (it->at < offset + count && it->at + static_cast<std::size_t>(it->count) > offset) {
-        list.push_back(*it);
-        if (bf16_wire()) early_inflight_.push_back(*it);
-        it = early_left_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    into = bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_;  // bf16: widened in complete_pull()
-  } else if (bf16_wire()) {  // converted in complete_pull()
+    const auto outside = [&](const Chunk& c) { return c.at >= offset + count || c.at + static_cast<std::size_t>(c.count) <= offset; };
+    const auto split = std::stable_partition(early_left_.begin(), early_left_.end(), outside);
+    list.assign(split, early_left_.end());
+    early_left_.erase(split, early_left_.end());
+    widen_later(list, early_params_);
+    into = bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_;
+  } else if (bf16_wire()) {  // widened in complete_pull()
     into = params_wire_.data() + offset;
-    pending_.push_back({params, offset, count});
+    to_widen_.push_back({params, offset, count});
   }
   protocol_->pull(into, std::move(list), pushes_ + 1);
   account(t0, times_.pull_s);
@@ -199,18 +188,19 @@ void WorkerExchange::pull_during_push(float* params) {
   if (pushed_elements_ != 0) throw Error(str(rank_tag(), ": pull_during_push() after the step's first push()"));
   early_params_ = params;
   early_left_ = chunks(0, plan_.total());
-  early_inflight_.clear();
   early_push_ = pushes_ + 1;
+}
+
+void WorkerExchange::widen_later(const std::vector<Chunk>& list, float* base) {
+  if (!bf16_wire()) return;
+  for (const Chunk& c : list) to_widen_.push_back({base + c.at, c.at, static_cast<std::size_t>(c.count)});
 }
 
 void WorkerExchange::complete_pull() {
   const double t0 = now_seconds();
   protocol_->complete_pull();
-  for (const PendingPull& p : pending_) kernels::ref::bf16_to_float(params_wire_.data() + p.offset, p.params, p.count);
-  pending_.clear();
-  for (const Chunk& c : early_inflight_)
-    kernels::ref::bf16_to_float(params_wire_.data() + c.at, early_params_ + c.at, static_cast<std::size_t>(c.count));
-  early_inflight_.clear();
+  for (const Widen& w : to_widen_) kernels::ref::bf16_to_float(params_wire_.data() + w.offset, w.to, w.count);
+  to_widen_.clear();
   account(t0, times_.pull_s);
 }
 

@@ -136,19 +136,20 @@ class WorkerExchange {
   std::vector<std::vector<std::size_t>> block_filled_;  // per PS, per block: elements pushed
   bool finished_ = false;
   ExchangeTimes times_;
-  // --wire bf16: the rounded gradient and the pulled parameters (flat space), and the pulls whose
-  // bf16 values still have to be widened into the caller's buffer.
+  // --wire bf16: the rounded gradient and the pulled parameters (flat space), and the ranges
+  // Gotten into params_wire_ that complete_pull() widens into the caller's buffer.
   std::vector<std::uint16_t> grad_wire_, params_wire_;
-  struct PendingPull {
-    float* params;
-    std::size_t offset, count;
+  struct Widen {
+    float* to;
+    std::size_t offset, count;  // in params_wire_
   };
-  std::vector<PendingPull> pending_;
+  std::vector<Widen> to_widen_;
+  // Queues the widening of `list` (chunks placed at `at` in params_wire_ and in `base`).
+  void widen_later(const std::vector<Chunk>& list, float* base);
   // pull_during_push(): the caller's buffer, the chunks not Gotten yet, and the push they
   // belong to (0: none armed).
   float* early_params_ = nullptr;
   std::vector<Chunk> early_left_;
-  std::vector<Chunk> early_inflight_;  // bf16: Gotten, to widen once complete
   std::int64_t early_push_ = 0;
   std::int64_t chunks_early_ = 0;
 };
