@@ -111,6 +111,8 @@ case $test_case in
     b=$(ls "$work/host-ckpt"/ckpt-*.h5 | tail -1)
     "$bin/drtrain-ckpt" diff "$a" "$b" || fail "$a differs from the single-host run's $b"
     grep -q "wire $wire" "$log" || fail "the chief should report 'wire $wire' in the exchange set-up"
+    grep -q "MPI_Finalize did not return" "$log" && fail "a rank hung in MPI_Finalize (see comm/mpi_session.cpp)"
+    [ "$(grep -c "^PS [01] (world rank" "$log")" = 2 ] || fail "a rank's last lines are missing from the log"
     echo "PASS: 2 nodes ($mpi, osc $osc, wire $wire): final checkpoint bitwise equal to the single-host run"
     ;;
   no-window)
