@@ -15,15 +15,17 @@
 namespace drt::io {
 namespace fs = std::filesystem;
 
-namespace {
-
-// The step of "ckpt-00001200.h5", or -1 for any other name.
 std::int64_t step_of(const std::string& name) {
-  if (name.size() != 16 || name.rfind("ckpt-", 0) != 0 || name.substr(13) != ".h5") return -1;
-  const std::string digits = name.substr(5, 8);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  const std::size_t prefix = 5, suffix = 3;  // "ckpt-", ".h5"
+  if (name.size() < prefix + 8 + suffix || name.rfind("ckpt-", 0) != 0 || name.substr(name.size() - suffix) != ".h5")
+    return -1;
+  const std::string digits = name.substr(prefix, name.size() - prefix - suffix);
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
   return std::stoll(digits);
 }
+
+namespace {
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);

@@ -10,7 +10,7 @@ Adam::Adam(const OptimizerConfig& config, std::size_t shard_size)
     : Optimizer(config, shard_size, {"exp_avg", "exp_avg_sq"}) {}
 
 void Adam::on_begin_step() {
-  const double t = static_cast<double>(step_ + 1);
+  const double t = static_cast<double>(updates_ + 1);
   step_size_ = static_cast<float>(lr_ / (1.0 - std::pow(config_.beta1, t)));
   inv_sqrt_bias2_ = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(config_.beta2, t)));
 }

@@ -50,8 +50,9 @@ Optimizer::Optimizer(const OptimizerConfig& config, std::size_t shard_size, std:
   for (std::size_t k = 0; k < slot_names_.size(); ++k) slots_.emplace_back(shard_size);
 }
 
-void Optimizer::begin_step(std::int64_t step) {
+void Optimizer::begin_step(std::int64_t step, std::int64_t updates_before) {
   step_ = step;
+  updates_ = updates_before < 0 ? step : updates_before;
   lr_ = config_.schedule.lr_at(config_.lr, step);
   on_begin_step();
 }

@@ -44,11 +44,12 @@ std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const Exc
 
 ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& plan,
                                  const ExchangeConfig& config, const optim::OptimizerConfig& optimizer,
-                                 std::int64_t first_step)
+                                 std::int64_t first_step, std::int64_t first_update)
     : topo_(topo),
       config_(config),
       range_(plan.shard(topo.role_index())),
       first_step_(first_step),
+      first_update_(first_update < 0 ? first_step : first_update),
       window_(topo, plan, config),
       protocol_(make_server_protocol(topo, window_, config)),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
@@ -76,7 +77,7 @@ std::int64_t ParameterServer::serve(const StepHook& after_step) {
   for (;;) {
     const std::int64_t pushes = stats_.steps + 1;
     applied.assign(static_cast<std::size_t>(blocks), false);
-    optimizer_->begin_step(global_step());
+    optimizer_->begin_step(global_step(), updates());
     for (int remaining = blocks; remaining > 0;) {
       ready.clear();
       const double t0 = now_seconds();

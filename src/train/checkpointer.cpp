@@ -99,19 +99,27 @@ ResumePoint prepare_resume(const Job& job) {
   DRT_MPI_CHECK(MPI_Bcast(start, 4, MPI_INT64_T, ps0, topo.world().get()));
   DRT_MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, ps0, topo.world().get()));
   r.file = name.data();
-  r.step = start[0];
   if (r.file.empty()) return r;
-  // The data cursor: the same sample position in the epoch, counted in this run's batches.
+  // The position in the data, in samples, is what carries over: the same epoch and the same
+  // sample position in it, counted in this run's batches. The optimizer's update count carries
+  // over as it is (Adam's bias correction); the step counter, the learning-rate schedule and the
+  // remaining steps follow the position (docs/CHECKPOINT_FORMAT.md, "Resuming").
   const std::int64_t samples_in_epoch = start[3] * start[1];
+  const int batch = job.config.batch_size;
+  if (samples_in_epoch % batch != 0)
+    throw ConfigError(str("--resume ", r.file, ": the checkpoint was written ", samples_in_epoch,
+                          " samples into epoch ", start[2] + 1, " (step ", start[3], " at batch ", start[1],
+                          "), which is not a whole number of batches of --batch-size ", batch,
+                          "; resume with a --batch-size that divides ", samples_in_epoch, " (for example ",
+                          start[1], "), or from a checkpoint written at an epoch boundary"));
+  r.updates = start[0];
   r.epoch = static_cast<int>(start[2]);
-  r.step_in_epoch = static_cast<int>(samples_in_epoch / job.config.batch_size);
-  if (topo.is_chief()) {
-    log_info("resuming from ", r.file, " after ", r.step, " steps (epoch ", r.epoch + 1, ", step ", r.step_in_epoch + 1,
-             " of ", job.steps_per_epoch, ")");
-    if (samples_in_epoch % job.config.batch_size != 0)
-      log_warning("the checkpoint's batch (", start[1], ") differs from --batch-size ", job.config.batch_size, ": ",
-                  samples_in_epoch % job.config.batch_size, " samples of this epoch are trained a second time");
-  }
+  r.step_in_epoch = static_cast<int>(samples_in_epoch / batch);
+  r.step = static_cast<std::int64_t>(r.epoch) * job.steps_per_epoch + r.step_in_epoch;
+  if (topo.is_chief() && start[1] != batch)
+    log_info("the checkpoint's batch was ", start[1], ": the step counter and the learning-rate schedule continue "
+             "from the position in the data (step ", r.step, " at batch ", batch, "), Adam's bias correction from the ",
+             r.updates, " updates applied");
   return r;
 }
 
@@ -124,13 +132,20 @@ void load_into(ResumePoint& resume, ps::ParameterServer& server) {
   resume.slots.clear();
 }
 
-Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const std::string& resumed_from)
-    : job_(job), server_(server), resumed_from_(resumed_from), last_time_(now_seconds()) {}
+Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const ResumePoint& resume)
+    : job_(job),
+      server_(server),
+      resumed_from_(resume.file),
+      first_step_(resume.step),
+      first_update_(resume.updates),
+      last_time_(now_seconds()) {}
+
+std::int64_t Checkpointer::updates_at(std::int64_t step) const { return first_update_ + (step - first_step_); }
 
 void Checkpointer::after_step(std::int64_t step) {
   const TrainConfig& c = job_.config;
   if (c.checkpoint_dir.empty()) return;
-  bool due = c.checkpoint_every > 0 && step % c.checkpoint_every == 0;
+  bool due = c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0;
   if (c.checkpoint_secs > 0) {
     // PS 0's clock decides, so that every PS saves at the same step.
     int by_time = job_.topo.role_index() == 0 && now_seconds() - last_time_ >= c.checkpoint_secs;
@@ -142,7 +157,7 @@ void Checkpointer::after_step(std::int64_t step) {
 
 void Checkpointer::finish(std::int64_t step) {
   if (job_.config.checkpoint_dir.empty() || step == last_saved_) return;
-  if (io::checkpoint_path(job_.config.checkpoint_dir, step) == resumed_from_) return;  // nothing new
+  if (io::checkpoint_path(job_.config.checkpoint_dir, updates_at(step)) == resumed_from_) return;  // nothing new
   save(step);
 }
 
@@ -150,7 +165,7 @@ io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
   const TrainConfig& c = job_.config;
   io::CheckpointMeta m;
   m.drtrain_version = DRT_VERSION_STRING;
-  m.step = step;
+  m.step = updates_at(step);  // updates applied in all runs; the data position is below
   m.epoch = step / job_.steps_per_epoch;
   m.step_in_epoch = step % job_.steps_per_epoch;
   m.samples_seen = m.epoch * job_.train_count + std::min<std::int64_t>(m.step_in_epoch * c.batch_size, job_.train_count);
@@ -171,7 +186,8 @@ void Checkpointer::save(std::int64_t step) {
   comm::Watchdog::beat("checkpoint");
   const double t0 = now_seconds();
   const std::string& dir = job_.config.checkpoint_dir;
-  const std::string temp = io::temporary_path(dir, step), final_path = io::checkpoint_path(dir, step);
+  const std::int64_t updates = updates_at(step);
+  const std::string temp = io::temporary_path(dir, updates), final_path = io::checkpoint_path(dir, updates);
   const ps::ShardRange range = server_.range();
   io::ShardView view{range.begin, range.end, server_.params(), {}};
   for (std::size_t k = 0; k < server_.optimizer().slot_names().size(); ++k)
@@ -179,7 +195,7 @@ void Checkpointer::save(std::int64_t step) {
   const bool lead = job_.topo.role_index() == 0;
   std::function<void()> fault;
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
-  if (lead && test_fault(str("checkpoint-write:", step))) fault = [] { raise(SIGKILL); };
+  if (lead && test_fault(str("checkpoint-write:", updates))) fault = [] { raise(SIGKILL); };
   io::write_checkpoint(job_.topo.role_comm(), temp, meta(step), job_.spec.layout(),
                        server_.optimizer().slot_names(), view, fault);
   // Every PS closed the file (write_checkpoint returns after the collective close).

@@ -22,7 +22,10 @@
 namespace drt::train {
 
 struct ResumePoint {
-  std::int64_t step = 0;           // global steps already applied (0: fresh start)
+  // This run's first step: the position in the data, in this run's batches (epoch *
+  // steps_per_epoch + step_in_epoch). It equals `updates` unless --batch-size changed.
+  std::int64_t step = 0;
+  std::int64_t updates = 0;          // optimizer updates already applied (0: fresh start)
   int epoch = 0, step_in_epoch = 0;  // the data cursor of the next step, for this run's batch
   std::string file;                // the checkpoint, empty for a fresh start
   // PS only: this PS's shard of the parameters and of each optimizer slot, read from the file.
@@ -37,7 +40,7 @@ void load_into(ResumePoint& resume, ps::ParameterServer& server);
 
 class Checkpointer {
  public:
-  Checkpointer(const Job& job, ps::ParameterServer& server, const std::string& resumed_from);
+  Checkpointer(const Job& job, ps::ParameterServer& server, const ResumePoint& resume);
   // After every step (the server's hook): saves when the policy says so.
   void after_step(std::int64_t step);
   // After the last step: the final checkpoint (unless that step was just saved).
@@ -47,10 +50,13 @@ class Checkpointer {
  private:
   void save(std::int64_t step);
   io::CheckpointMeta meta(std::int64_t step) const;
+  // Updates applied once step `step` (this run's counter) is done: names, metadata, --checkpoint-every.
+  std::int64_t updates_at(std::int64_t step) const;
 
   const Job& job_;
   ps::ParameterServer& server_;
   std::string resumed_from_;
+  std::int64_t first_step_, first_update_;
   std::int64_t last_saved_ = -1;
   double last_time_;
   double seconds_ = 0.0;

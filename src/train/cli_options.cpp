@@ -80,10 +80,19 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
   return d;
 }
 
+po::parsed_options parse_flags(int argc, char** argv, const po::options_description& desc) {
+  po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).run();
+  for (const po::option& o : parsed.options)
+    if (o.position_key >= 0 || o.string_key.empty())
+      throw ConfigError(str("unexpected argument '", o.original_tokens.empty() ? std::string() : o.original_tokens.front(),
+                            "': options only (--name value or --name=value); a value with spaces needs quotes; see --help"));
+  return parsed;
+}
+
 po::variables_map parse_command_line(int argc, char** argv, const po::options_description& desc) {
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::store(parse_flags(argc, argv, desc), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw ConfigError(str(e.what(), "; see --help"));

@@ -72,20 +72,20 @@ void Timeline::check_output(const std::string& path) {
   std::fclose(out);
 }
 
-void Timeline::write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
-                     std::size_t piece_bytes) const {
+std::uint64_t Timeline::write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
+                              std::size_t piece_bytes) const {
   const comm::Comm& world = topo.world();
   const std::vector<double> offsets = clock_offsets(world, timeout_s, max_nap_us);
   // This rank's part: its track name, then one span per line.
   std::ostringstream part;
   part.precision(17);
-  part << topo.my_name() << "\n";
+  part << topo.my_name() << "\t" << dropped_ << "\n";
   for (const Span& s : spans_)
     part << s.name << "\t" << s.start << "\t" << s.end << "\t" << s.step << "\t" << s.track << "\n";
   // Every rank's text to rank 0, whatever its size (the total may pass 2^31 bytes on long runs).
   const std::vector<std::string> parts =
       comm::gather_bytes(world, part.str(), 0, timeout_s, max_nap_us, "the timeline's spans", piece_bytes);
-  if (world.rank() != 0) return;
+  if (world.rank() != 0) return 0;
 
   struct Event {
     std::string name;
@@ -97,6 +97,7 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   std::vector<std::string> tracks;
   std::vector<bool> exchange_track(static_cast<std::size_t>(world.size()), false);
   double origin = 1e300;
+  std::uint64_t dropped = 0;
   for (int r = 0; r < world.size(); ++r) {
     const std::string& text = parts[static_cast<std::size_t>(r)];
     std::size_t at = 0;
@@ -108,8 +109,12 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
       return true;
     };
     std::string line;
-    next_line(line);
-    tracks.push_back(line);  // the first line names the track
+    next_line(line);  // the first line names the track and counts the spans the rank dropped
+    const std::size_t tab = line.rfind('\t');
+    const std::uint64_t rank_dropped = std::stoull(line.substr(tab + 1));
+    dropped += rank_dropped;
+    line.resize(tab);
+    tracks.push_back(rank_dropped ? str(line, " (", rank_dropped, " later spans dropped: --timeline-max-spans)") : line);
     while (next_line(line)) {
       std::istringstream f(line);
       Event e{"", 0, 0, -1, r};
@@ -128,7 +133,8 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   }
   std::FILE* out = std::fopen(path.c_str(), "w");
   if (!out) throw Error(str("--timeline ", path, ": cannot open for writing"));
-  std::fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+  std::fprintf(out, "{\"displayTimeUnit\":\"ms\",\"otherData\":%s,\"traceEvents\":[\n",
+               JsonLine().add("drtrain_dropped_spans", static_cast<std::int64_t>(dropped)).str().c_str());
   std::fprintf(out, "%s", JsonLine().add("name", "process_name").add("ph", "M").add("pid", 0)
                               .add_object("args", JsonLine().add("name", "drtrain")).str().c_str());
   const auto name_track = [&](int tid, const std::string& name, int sort_index) {
@@ -151,6 +157,7 @@ void Timeline::write(const comm::Topology& topo, const std::string& path, double
   }
   std::fprintf(out, "\n]}\n");
   if (std::fclose(out) != 0) throw Error(str("--timeline ", path, ": write failed"));
+  return dropped;
 }
 
 }  // namespace drt::train

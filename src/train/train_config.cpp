@@ -44,6 +44,8 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "write JSON lines (progress, evaluation, summary) to this file")
       ("timeline", po::value<std::string>(&c.timeline)->default_value(c.timeline),
        "write a Chrome trace (chrome://tracing, ui.perfetto.dev) of every rank's phases to this file")
+      ("timeline-max-spans", po::value<std::size_t>(&c.timeline_max_spans)->default_value(c.timeline_max_spans),
+       "--timeline: spans each rank keeps (its first ones; about 40 bytes each); later ones are counted as dropped")
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
@@ -112,7 +114,8 @@ std::string TrainConfig::to_ini() const {
     << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
     << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
     << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false") << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false")
-    << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\nlog-every = " << log_every << "\nthreads = " << threads
+    << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
+    << "\ntimeline-max-spans = " << timeline_max_spans << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
@@ -143,7 +146,7 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
       .add(exchange_options(c.exchange)).add(optimizer_options(c.optimizer));
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, all), vm);
+    po::store(parse_flags(argc, argv, all), vm);
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
       std::ifstream file(path);

@@ -127,9 +127,9 @@ void print_setup(const Job& job, Reporter& out) {
 }
 
 RankReport run_ps(const Job& job, ResumePoint& resume) {
-  ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step);
+  ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step, resume.updates);
   load_into(resume, server);
-  Checkpointer checkpoints(job, server, resume.file);
+  Checkpointer checkpoints(job, server, resume);
   if (job.timeline->enabled())
     server.set_span_sink([&job](const char* name, double a, double b, std::int64_t step) {
       job.timeline->span(name, a, b, step);
@@ -192,7 +192,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
   const Datasets datasets = load_data(config, topo);
   Job job = make_job(config, topo, datasets);
-  Timeline timeline(!config.timeline.empty());
+  Timeline timeline(!config.timeline.empty(), config.timeline_max_spans);
   job.timeline = &timeline;
   std::optional<Reporter> reporter;
   std::optional<std::string> error;
@@ -207,7 +207,8 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
   print_setup(job, *reporter);
   if (!resume.file.empty())
-    reporter->line(str("resuming from ", resume.file, " at step ", resume.step, " (epoch ", resume.epoch + 1, ")"));
+    reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1, " of ",
+                       job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch, " steps into it)"));
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
@@ -220,8 +221,11 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     outputs->test_loss = mine.test_loss;
   }
   if (timeline.enabled()) {
-    timeline.write(topo, config.timeline, config.exchange.hang_timeout_s, config.exchange.max_nap_us);
-    reporter->line(str("timeline: ", config.timeline, " (open in chrome://tracing or ui.perfetto.dev)"));
+    const std::uint64_t dropped =
+        timeline.write(topo, config.timeline, config.exchange.hang_timeout_s, config.exchange.max_nap_us);
+    reporter->line(str("timeline: ", config.timeline, " (open in chrome://tracing or ui.perfetto.dev)",
+                       dropped ? str("; ", dropped, " spans beyond --timeline-max-spans ", config.timeline_max_spans,
+                                     " per rank were dropped") : std::string()));
   }
   final_report(job, mine, now_seconds() - start, *reporter);
   comm::Watchdog::disarm();

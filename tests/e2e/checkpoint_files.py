@@ -165,7 +165,7 @@ class Case:
             raise SystemExit(f"FAIL: after the crash the directory holds {files}\n{out}")
         run([self.tool, "verify", os.path.join(crash_dir, "ckpt-00000020.h5")])
         _, out = self.drtrain(3, "--max-steps", "60", "--checkpoint-dir", crash_dir, "--resume")
-        expect(out, f"resuming from {crash_dir}/ckpt-00000020.h5 at step 20", "--resume after the crash")
+        expect(out, f"resuming from {crash_dir}/ckpt-00000020.h5 after 20 updates: step 21", "--resume after the crash")
         run([self.tool, "verify", os.path.join(crash_dir, "ckpt-00000060.h5")])
         leftovers = [f for f in os.listdir(crash_dir) if f.endswith(".tmp")]
         if leftovers:

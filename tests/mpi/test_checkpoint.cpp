@@ -157,6 +157,73 @@ TEST(Checkpoint, ResumeEqualsUninterruptedBitwise) {
   ASSERT_TRUE(testing::all_ranks(detail.empty(), detail));
 }
 
+// A checkpoint written mid-epoch at one batch size, resumed at another (bigger, then smaller):
+// the new run starts at the same sample position (EpochPlan keeps the sample order independent
+// of the batch, tested in unit.data), trains exactly the samples left, and its checkpoints count
+// the optimizer updates of both runs.
+TEST(Checkpoint, ResumeAtAnotherBatchSizeTrainsTheRemainingSamples) {
+  struct Case {
+    int first_batch, first_steps, second_batch;
+  };
+  for (const Case& k : {Case{12, 10, 24}, Case{24, 10, 12}}) {
+    TrainConfig first = base(num_ps_arg());
+    first.batch_size = k.first_batch;
+    first.epochs = 2;
+    first.max_steps = k.first_steps;
+    first.checkpoint_dir = shared_dir(str("batch_", k.first_batch, "_to_", k.second_batch));
+    train(first);
+    TrainConfig second = first;
+    second.batch_size = k.second_batch;
+    second.max_steps = 0;
+    second.resume = "latest";
+    const std::vector<float> params = train(second);
+    // 600 samples, 2 epochs: the second run trains (1200 - first_batch * first_steps) samples.
+    const std::int64_t seen = std::int64_t{k.first_batch} * k.first_steps;
+    const std::int64_t second_steps = (1200 - seen) / k.second_batch;
+    const std::int64_t updates = k.first_steps + second_steps;
+    std::string detail;
+    if (world_rank() == 0) {
+      const auto files = io::list_checkpoints(first.checkpoint_dir);
+      if (files.empty() || files.front() != io::checkpoint_path(first.checkpoint_dir, updates)) {
+        detail = str("expected the last checkpoint after ", updates, " updates, found ",
+                     files.empty() ? std::string("none") : files.front());
+      } else {
+        const io::CheckpointFile file(files.front());
+        const auto& m = file.meta();
+        if (m.step != updates || m.epoch != 2 || m.step_in_epoch != 0 || m.samples_seen != 1200 ||
+            m.global_batch != k.second_batch)
+          detail = str("metadata after the resumed run: step ", m.step, " epoch ", m.epoch, " step_in_epoch ",
+                       m.step_in_epoch, " samples_seen ", m.samples_seen, " global_batch ", m.global_batch);
+      }
+    }
+    bool finite = true;
+    for (float v : params) finite = finite && std::isfinite(v);
+    if (!finite) detail = "non-finite parameters after the resumed run";
+    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << k.first_batch << " -> " << k.second_batch;
+  }
+}
+
+// A position that is not a whole number of the new batches is refused on every rank, naming a fix.
+TEST(Checkpoint, ResumeAtABatchThatDoesNotDivideThePositionIsRefused) {
+  TrainConfig first = base(num_ps_arg());
+  first.max_steps = 3;  // 36 samples into epoch 1
+  first.checkpoint_dir = shared_dir("indivisible");
+  train(first);
+  TrainConfig second = first;
+  second.batch_size = 24;
+  second.max_steps = 0;
+  second.resume = "latest";
+  std::string message;
+  try {
+    train(second);
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  const bool ok = message.find("36 samples into epoch 1") != std::string::npos &&
+                  message.find("--batch-size that divides 36") != std::string::npos;
+  ASSERT_TRUE(testing::all_ranks(ok, "expected a ConfigError about the position, got: '" + message + "'"));
+}
+
 TEST(Checkpoint, ReshardsAcrossLayouts) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";  // the same verdict on every rank
   TrainConfig writer = base(2);  // (P, W, T) = (2, 2, 1)

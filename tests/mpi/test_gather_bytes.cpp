@@ -166,5 +166,41 @@ TEST(Timeline, HoldsEveryRanksSpansWhenTheyTravelInSmallPieces) {
   EXPECT_TRUE(drt::testing::all_ranks(ok, detail));
 }
 
+// --timeline-max-spans: each rank keeps its first spans, counts the rest, and the trace (and the
+// value write() returns on rank 0) says how many were dropped in all.
+TEST(Timeline, KeepsTheFirstSpansAndCountsTheRest) {
+  const comm::Topology topo = comm::Topology::create(1, comm::Placement::kFirst);
+  const std::size_t cap = 4;
+  Timeline timeline(true, cap);
+  const int mine = 2 + 3 * topo.world_rank();  // rank 0 under the cap, the others over it
+  for (int i = 0; i < mine; ++i) timeline.span("step", i, i + 0.5, i);
+  const std::size_t kept = std::min<std::size_t>(static_cast<std::size_t>(mine), cap);
+  bool ok = timeline.size() == kept && timeline.dropped() == static_cast<std::size_t>(mine) - kept;
+  const std::string path = ::testing::TempDir() + str("drt_timeline_cap_", getpid(), ".json");
+  const std::uint64_t dropped = timeline.write(topo, path, 60.0, 100);
+  std::string detail = str("rank ", topo.world_rank(), ": kept ", timeline.size(), ", dropped ", timeline.dropped());
+  if (topo.world_rank() == 0) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string trace = text.str();
+    std::remove(path.c_str());
+    std::size_t expected_spans = 0, expected_dropped = 0;
+    for (int r = 0; r < topo.world_size(); ++r) {
+      const std::size_t n = static_cast<std::size_t>(2 + 3 * r);
+      expected_spans += std::min(n, cap);
+      expected_dropped += n - std::min(n, cap);
+    }
+    ok = ok && count(trace, "\"ph\":\"X\"") == expected_spans && dropped == expected_dropped &&
+         count(trace, str("\"drtrain_dropped_spans\":", expected_dropped)) == 1 &&
+         (expected_dropped == 0 || count(trace, "later spans dropped") > 0);
+    detail += str("; trace: ", count(trace, "\"ph\":\"X\""), " spans (expected ", expected_spans, "), dropped ", dropped,
+                  " (expected ", expected_dropped, ")");
+  } else {
+    ok = ok && dropped == 0;
+  }
+  EXPECT_TRUE(drt::testing::all_ranks(ok, detail));
+}
+
 }  // namespace
 }  // namespace drt::train

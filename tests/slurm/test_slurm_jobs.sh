@@ -90,7 +90,7 @@ elif ! grep -q "requeueing job $id" "$requeue_out" || ! grep -q "^resuming from 
      || ! grep -q '{"summary":true.*"steps":300' "$requeue_out"; then
   fail "requeue: the second run did not resume and finish"; grep -E "requeue|resum|summary|error" "$requeue_out"
 else
-  echo "ok: requeue: $(grep -o '^resuming from .* at step [0-9]*' "$requeue_out"), finished 300 steps"
+  echo "ok: requeue: $(grep -o '^resuming from .* updates: step [0-9]*' "$requeue_out"), finished 300 steps"
 fi
 
 # A launcher that does not match the MPI library must not train N single-rank jobs.

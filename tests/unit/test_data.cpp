@@ -151,6 +151,22 @@ TEST(EpochPlan, SameSeedAndEpochSamePermutationOtherwiseDifferent) {
   EXPECT_LT(fixed, 10);
 }
 
+// Resuming at another batch size relies on this: the first s steps at batch b and the steps
+// from s*b/b' on at batch b' cover the epoch's samples exactly once, in the same order.
+TEST(EpochPlan, BatchesAtAnotherSizeContinueAtTheSamePosition) {
+  const EpochPlan small(600, 12, 2, 1, 3, 1), big(600, 24, 2, 1, 3, 1);
+  std::vector<int> order;
+  for (int s = 0; s < 10; ++s) {
+    const auto b = small.global_samples(s);
+    order.insert(order.end(), b.begin(), b.end());
+  }
+  for (int s = 10 * 12 / 24; s < big.steps(); ++s) {
+    const auto b = big.global_samples(s);
+    order.insert(order.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(order, small.permutation());
+}
+
 // Pinned: these indices were computed once from this implementation (splitmix64 of the mixed
 // (seed, epoch), std::mt19937_64, hand-written Fisher-Yates with rejection-sampled bounded draws).
 // Every rank, compiler and standard library must produce them. If this test fails, the shuffle

@@ -104,6 +104,37 @@ TEST(Optimizer, BlockwiseUpdateEqualsWholeShard) {
   }
 }
 
+// After a resume at another --batch-size the step (position in the data) and the number of
+// updates applied differ: the learning rate follows the step, Adam's bias correction the updates.
+TEST(Optimizer, AdamBiasCorrectionCountsUpdatesAndTheScheduleCountsSteps) {
+  OptimizerConfig config;
+  config.kind = OptimizerKind::kAdam;
+  config.lr = 1e-3;
+  const std::vector<float> grad = random_floats(kSize, 7, 1.0f);
+  const std::vector<float> start = random_floats(kSize, 8, 1.0f);
+  auto by_updates = make_optimizer(config, kSize), by_step = make_optimizer(config, kSize);
+  std::vector<float> a = start, b = start;
+  by_updates->begin_step(40, 10);  // constant schedule: only the update count can matter
+  by_step->begin_step(10);
+  EXPECT_EQ(by_updates->updates_before(), 10);
+  by_updates->update(0, kSize, a.data(), grad.data(), 1.0f);
+  by_step->update(0, kSize, b.data(), grad.data(), 1.0f);
+  EXPECT_EQ(a, b);
+  auto at_40 = make_optimizer(config, kSize);
+  std::vector<float> c = start;
+  at_40->begin_step(40);  // bias correction of update 41: a different (smaller) first step
+  at_40->update(0, kSize, c.data(), grad.data(), 1.0f);
+  EXPECT_NE(a, c);
+
+  config.schedule.kind = LrScheduleKind::kCosine;
+  config.schedule.total_steps = 100;
+  auto cosine = make_optimizer(config, kSize);
+  cosine->begin_step(40, 10);
+  EXPECT_DOUBLE_EQ(cosine->current_lr(), config.schedule.lr_at(config.lr, 40));
+  EXPECT_EQ(cosine->current_step(), 40);
+  EXPECT_EQ(cosine->updates_before(), 10);
+}
+
 TEST(Optimizer, SlotsAndValidation) {
   OptimizerConfig config;
   config.momentum = 0.0;

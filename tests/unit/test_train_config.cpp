@@ -92,6 +92,9 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--epochs", "0"}).find("--epochs must be at least 1"), std::string::npos);
   EXPECT_NE(error_of({"--lr", "abc"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini: cannot open"), std::string::npos);
+  // A stray word or a value without its flag is an error, not silently ignored.
+  EXPECT_NE(error_of({"--epochs", "2", "foo"}).find("unexpected argument 'foo'"), std::string::npos);
+  EXPECT_NE(error_of({"cnn", "--epochs", "2"}).find("unexpected argument 'cnn'"), std::string::npos);
   const std::string bad = write_file("drt_bad.ini", "modle = cnn\n");
   const std::string message = error_of({"--config", bad});
   EXPECT_NE(message.find("modle"), std::string::npos) << message;

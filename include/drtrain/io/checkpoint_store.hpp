@@ -13,8 +13,13 @@
 
 namespace drt::io {
 
+// Names have at least 8 digits (more from step 10^8 on); the directory is sorted by the number.
 std::string checkpoint_path(const std::string& dir, std::int64_t step);
 std::string temporary_path(const std::string& dir, std::int64_t step);
+
+// The step of a checkpoint file name ("ckpt-00001200.h5": 1200; 8 to 18 digits), -1 for any
+// other name (temporary files included).
+std::int64_t step_of(const std::string& file_name);
 
 // Creates `dir` if needed; ConfigError when it cannot or it is not a writable directory.
 void prepare_checkpoint_dir(const std::string& dir);

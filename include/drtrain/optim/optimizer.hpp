@@ -45,8 +45,10 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // Sets up global step `step` (0-based): the learning rate and Adam's bias corrections.
-  void begin_step(std::int64_t step);
+  // Sets up global step `step` (0-based), which sets the learning rate (the schedule follows the
+  // position in the data), after `updates_before` updates (Adam's bias correction counts updates;
+  // -1: as many as `step`). The two differ after a resume at another --batch-size.
+  void begin_step(std::int64_t step, std::int64_t updates_before = -1);
   // For i in [0, n): params[i] updated with gradient grad[i] * grad_scale; the state used is
   // that of shard element offset + i. Must follow begin_step(); blocks of one step may come in
   // any order, each element once.
@@ -56,6 +58,7 @@ class Optimizer {
   const OptimizerConfig& config() const { return config_; }
   double current_lr() const { return lr_; }
   std::int64_t current_step() const { return step_; }
+  std::int64_t updates_before() const { return updates_; }
   std::size_t shard_size() const { return shard_size_; }
   const std::vector<std::string>& slot_names() const { return slot_names_; }
   AlignedBuffer<float>& slot(std::size_t k) { return slots_[k]; }
@@ -69,6 +72,7 @@ class Optimizer {
   std::vector<std::string> slot_names_;
   std::vector<AlignedBuffer<float>> slots_;
   std::int64_t step_ = -1;
+  std::int64_t updates_ = -1;  // updates applied before the current step
   double lr_ = 0.0;
 };
 

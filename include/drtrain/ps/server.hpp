@@ -32,9 +32,12 @@ struct ServerStats {
 class ParameterServer {
  public:
   // Collective over MPI_COMM_WORLD together with WorkerExchange's constructor on the workers.
-  // `first_step` is the global step of the first update (non-zero when resuming).
+  // `first_step` is the global step of the first update (non-zero when resuming) and
+  // `first_update` the number of updates applied before it (-1: first_step; they differ after a
+  // resume at another --batch-size, optim::Optimizer::begin_step).
   ParameterServer(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config,
-                  const optim::OptimizerConfig& optimizer, std::int64_t first_step = 0);
+                  const optim::OptimizerConfig& optimizer, std::int64_t first_step = 0,
+                  std::int64_t first_update = -1);
   ~ParameterServer();
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
@@ -58,6 +61,7 @@ class ParameterServer {
   float* params();  // this PS's shard, range().size() elements
   optim::Optimizer& optimizer() { return *optimizer_; }
   std::int64_t global_step() const { return first_step_ + stats_.steps; }
+  std::int64_t updates() const { return first_update_ + stats_.steps; }  // applied in all runs
   const ServerStats& stats() const { return stats_; }
   // Bytes this PS holds for the exchange and the optimizer.
   std::size_t memory_bytes() const;
@@ -69,7 +73,7 @@ class ParameterServer {
   const comm::Topology& topo_;
   ExchangeConfig config_;
   ShardRange range_;
-  std::int64_t first_step_;
+  std::int64_t first_step_, first_update_;
   ShardWindow window_;
   std::unique_ptr<ServerProtocol> protocol_;  // the --rma-sync mode's synchronisation
   std::unique_ptr<optim::Optimizer> optimizer_;

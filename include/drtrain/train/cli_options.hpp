@@ -23,7 +23,11 @@ po::options_description layout_options(LayoutOptions& out);
 po::options_description exchange_options(ps::ExchangeConfig& out);
 po::options_description optimizer_options(optim::OptimizerConfig& out);
 
-// Parses argv against `desc` and runs the notifiers. Unknown flags and malformed values become
+// Parses argv against `desc` without storing it: flags only; a positional argument (a stray
+// word, a value missing its flag) throws ConfigError naming it. po::error passes through.
+po::parsed_options parse_flags(int argc, char** argv, const po::options_description& desc);
+
+// Parses argv against `desc` (parse_flags) and runs the notifiers. Unknown flags and malformed values become
 // ConfigError ("... ; see --help"). Returns the variables map (e.g. to test for --help).
 po::variables_map parse_command_line(int argc, char** argv, const po::options_description& desc);
 
