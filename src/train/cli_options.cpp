@@ -13,7 +13,29 @@ po::typed_value<std::string>* choice(E& out, const std::string& shown, Parse par
   return po::value<std::string>()->default_value(shown)->notifier([&out, parse](const std::string& s) { out = parse(s); });
 }
 
+// Access to the placeholder values of a Boost error (protected members, reached through a
+// pointer to member formed in a derived class).
+struct PoErrorAccess : po::error_with_option_name {
+  static constexpr auto substitutions = &PoErrorAccess::m_substitutions;
+};
+
 }  // namespace
+
+std::string po_error_message(const po::error& e) {
+  // Boost.Program_options (1.74) builds what() by replacing each %name% placeholder
+  // (%value%, %option%, %original_token%, ...) until none is left, so a value or token that
+  // contains its own placeholder ("--epochs %value%", an INI key "%option%") makes what() loop
+  // forever with a growing message. Every '%' in the user's text becomes a full-width percent
+  // sign (U+FF05), which no placeholder matches; the message still shows the text.
+  if (const auto* named = dynamic_cast<const po::error_with_option_name*>(&e)) {
+    // The exception object itself is never const (a thrown copy); only this reference is.
+    auto& subs = const_cast<po::error_with_option_name*>(named)->*PoErrorAccess::substitutions;
+    for (auto& entry : subs)
+      for (std::size_t at; (at = entry.second.find('%')) != std::string::npos;)
+        entry.second.replace(at, 1, "\xEF\xBC\x85");
+  }
+  return e.what();
+}
 
 po::options_description layout_options(LayoutOptions& out) {
   po::options_description d("Layout");
@@ -95,7 +117,7 @@ po::variables_map parse_command_line(int argc, char** argv, const po::options_de
     po::store(parse_flags(argc, argv, desc), vm);
     po::notify(vm);
   } catch (const po::error& e) {
-    throw ConfigError(str(e.what(), "; see --help"));
+    throw ConfigError(str(po_error_message(e), "; see --help"));
   }
   return vm;
 }

@@ -227,6 +227,7 @@ void ExchangePipeline::pull_all(const Task& task) {
       left.pop_back();
     }
   }
+  if (after_pull_) after_pull_(task.step);
 }
 
 }  // namespace drt::train

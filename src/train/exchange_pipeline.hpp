@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -61,6 +62,10 @@ class ExchangePipeline {
   // Blocks until the exchange thread is idle (every pull done); the caller may call MPI after.
   void drain();
 
+  // Runs on the exchange thread after each step's pull, with the step (e.g. to cast a vote while
+  // the thread owns MPI). Set before the first step.
+  void set_after_pull(std::function<void(std::int64_t step)> hook) { after_pull_ = std::move(hook); }
+
   const std::vector<Range>& buckets() const { return buckets_; }
   // Seconds the compute thread was blocked by the exchange (await_params, drain), since the
   // last call.
@@ -86,6 +91,7 @@ class ExchangePipeline {
   const float* grads_;
   float* params_;
   Timeline& timeline_;
+  std::function<void(std::int64_t)> after_pull_;
 
   // Compute thread only.
   std::size_t ready_from_;         // [ready_from_, total) has reported this step

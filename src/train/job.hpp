@@ -19,6 +19,7 @@ namespace drt::train {
 
 class Reporter;
 struct ResumePoint;
+class StopVote;
 
 struct Job {
   const TrainConfig& config;
@@ -41,12 +42,14 @@ struct RankReport {
   double cpu_s = 0.0;     // process CPU time over the same span
   double busy_s = 0.0;    // PS: applying and publishing; worker: compute + exchange
   double test_accuracy = 0.0, test_loss = 0.0, samples_per_s = 0.0;  // chief only
+  std::int64_t steps = 0;  // the step counter at the end: total_steps, or fewer when stopped
+  int stop_signal = 0;     // the signal that stopped the run early, 0 if none
 };
 
 // The worker's side of the run; datasets are loaded (train, test); training starts at the
-// resume point (step 0 for a fresh start). When final_params is not null it receives the
-// parameters after the last step.
+// resume point (step 0 for a fresh start) and ends early when `vote` says so. When
+// final_params is not null it receives the parameters after the last step.
 RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
-                      const ResumePoint& resume, std::vector<float>* final_params);
+                      const ResumePoint& resume, StopVote& vote, std::vector<float>* final_params);
 
 }  // namespace drt::train

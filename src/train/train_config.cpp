@@ -7,10 +7,16 @@
 #include "drtrain/config.hpp"
 #include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/nn/model_spec.hpp"
 
 namespace drt::train {
+
+// cli_options.cpp: a po::error's what(), safe from user text that holds Boost's %placeholders%.
+// TODO(cli_options.hpp): declare it there.
+std::string po_error_message(const po::error& e);
+
 namespace {
 
 po::options_description training_options(TrainConfig& c, std::string& config_file) {
@@ -44,6 +50,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "write JSON lines (progress, evaluation, summary) to this file")
       ("timeline", po::value<std::string>(&c.timeline)->default_value(c.timeline),
        "write a Chrome trace (chrome://tracing, ui.perfetto.dev) of every rank's phases to this file")
+      ("stop-signals", po::value<std::string>(&c.stop_signals)->default_value(c.stop_signals),
+       "signals that stop training at the next step boundary on every rank, after a checkpoint, with exit status 75 "
+       "(comma-separated, e.g. TERM,USR1; none: the default actions)")
       ("timeline-max-spans", po::value<std::size_t>(&c.timeline_max_spans)->default_value(c.timeline_max_spans),
        "--timeline: spans each rank keeps (its first ones; about 40 bytes each); later ones are counted as dropped")
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
@@ -98,6 +107,7 @@ void TrainConfig::validate() const {
     throw ConfigError("--checkpoint-every and --checkpoint-secs must be >= 0");
   if ((checkpoint_every > 0 || checkpoint_secs > 0) && checkpoint_dir.empty())
     throw ConfigError("--checkpoint-every/--checkpoint-secs need --checkpoint-dir DIR");
+  parse_stop_signals(stop_signals);  // ConfigError naming a bad entry
   if (keep < 1) throw ConfigError(str("--keep must be at least 1 (got ", keep, ")"));
   if (resume == "latest" && checkpoint_dir.empty())
     throw ConfigError("--resume without a file needs --checkpoint-dir DIR (or pass --resume FILE)");
@@ -115,7 +125,7 @@ std::string TrainConfig::to_ini() const {
     << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
     << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false") << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false")
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
-    << "\ntimeline-max-spans = " << timeline_max_spans << "\nlog-every = " << log_every << "\nthreads = " << threads
+    << "\ntimeline-max-spans = " << timeline_max_spans << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
@@ -154,12 +164,12 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
       try {
         po::store(po::parse_config_file(file, all), vm);  // values already set by the command line stay
       } catch (const po::error& e) {
-        throw ConfigError(str("--config ", path, ": ", e.what()));
+        throw ConfigError(str("--config ", path, ": ", po_error_message(e)));
       }
     }
     po::notify(vm);
   } catch (const po::error& e) {
-    throw ConfigError(str(e.what(), "; see --help"));
+    throw ConfigError(str(po_error_message(e), "; see --help"));
   }
   if (vm.count("help")) {
     if (print) std::cout << all << "\n";

@@ -18,6 +18,7 @@
 #include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
@@ -25,6 +26,7 @@
 #include "checkpointer.hpp"
 #include "job.hpp"
 #include "reporter.hpp"
+#include "stop_vote.hpp"
 
 namespace drt::train {
 namespace {
@@ -126,7 +128,7 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(ps::describe_ps_memory(job.plan, w, c.exchange, job.optimizer));
 }
 
-RankReport run_ps(const Job& job, ResumePoint& resume) {
+RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step, resume.updates);
   load_into(resume, server);
   Checkpointer checkpoints(job, server, resume);
@@ -139,10 +141,15 @@ RankReport run_ps(const Job& job, ResumePoint& resume) {
   server.serve([&](std::int64_t step) {
     comm::Watchdog::beat("PS step");
     if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
+    if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1))) raise(SIGTERM);  // stop signal tests
+    vote.cast(step - 1);  // `step` steps are done: the vote on the last one
     checkpoints.after_step(step);
   });
-  checkpoints.finish(server.global_step());
+  checkpoints.finish(server.global_step());  // also when stopped early: what a requeued job resumes from
   RankReport r;
+  r.steps = server.global_step();
+  const int signal = vote.finish();  // also when the signal came after the last vote that counted
+  r.stop_signal = r.steps < job.total_steps ? signal : 0;
   r.wall_s = now_seconds() - wall0;
   r.cpu_s = process_cpu_seconds() - cpu0;
   r.busy_s = server.stats().apply_s + server.stats().publish_s;
@@ -166,27 +173,31 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
                  "%), applying and publishing ", r.busy_s, " s"));
   }
   const RankReport& c = all[static_cast<std::size_t>(chief)];
-  out.summary(JsonLine()
-                  .add("summary", true)
-                  .add("model", job.config.model)
-                  .add("dataset", job.config.dataset)
-                  .add("test_accuracy", c.test_accuracy)
-                  .add("test_loss", c.test_loss)
-                  .add("samples_per_s", c.samples_per_s)
-                  .add("wall_s", wall_s)
-                  .add("steps", job.total_steps)
-                  .add("ranks", topo.world_size())
-                  .add("ps", topo.num_ps())
-                  .add("workers", topo.num_workers())
-                  .add("towers", job.config.towers)
-                  .add("batch_size", job.config.batch_size)
-                  .add("ps_cpu_fraction", ps_cpu_fraction));
+  JsonLine summary;
+  summary.add("summary", true)
+      .add("model", job.config.model)
+      .add("dataset", job.config.dataset)
+      .add("test_accuracy", c.test_accuracy)
+      .add("test_loss", c.test_loss)
+      .add("samples_per_s", c.samples_per_s)
+      .add("wall_s", wall_s)
+      .add("steps", c.steps)
+      .add("ranks", topo.world_size())
+      .add("ps", topo.num_ps())
+      .add("workers", topo.num_workers())
+      .add("towers", job.config.towers)
+      .add("batch_size", job.config.batch_size)
+      .add("ps_cpu_fraction", ps_cpu_fraction);
+  if (c.stop_signal) summary.add("stopped_by", signal_name(c.stop_signal));
+  out.summary(summary);
 }
 
 }  // namespace
 
 int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   const double start = now_seconds();
+  // Before anything collective: a stop signal from here on is recorded, not fatal.
+  install_stop_signals(parse_stop_signals(config.stop_signals));
   const comm::Topology topo =
       comm::Topology::create(config.layout.num_ps, config.layout.placement, config.layout.expect_ranks);
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
@@ -212,13 +223,16 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
+  StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);
   const RankReport mine =
-      topo.is_ps() ? run_ps(job, resume)
-                   : run_worker(job, *datasets.train, *datasets.test, *reporter, resume,
+      topo.is_ps() ? run_ps(job, resume, vote)
+                   : run_worker(job, *datasets.train, *datasets.test, *reporter, resume, vote,
                                 outputs ? &outputs->final_params : nullptr);
   if (outputs) {
     outputs->test_accuracy = mine.test_accuracy;
     outputs->test_loss = mine.test_loss;
+    outputs->steps = mine.steps;
+    outputs->stop_signal = mine.stop_signal;
   }
   if (timeline.enabled()) {
     const std::uint64_t dropped =
@@ -229,7 +243,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   }
   final_report(job, mine, now_seconds() - start, *reporter);
   comm::Watchdog::disarm();
-  return 0;
+  return mine.stop_signal ? kStoppedExitStatus : 0;
 }
 
 }  // namespace drt::train

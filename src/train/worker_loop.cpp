@@ -20,9 +20,11 @@
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/towers.hpp"
 #include "checkpointer.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "exchange_pipeline.hpp"
 #include "job.hpp"
 #include "reporter.hpp"
+#include "stop_vote.hpp"
 
 namespace drt::train {
 namespace {
@@ -52,9 +54,10 @@ std::string clock_text(double seconds) {
 class WorkerLoop {
  public:
   WorkerLoop(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& out,
-             const ResumePoint& resume)
+             const ResumePoint& resume, StopVote& vote)
       : job_(job),
         resume_(resume),
+        vote_(vote),
         topo_(job.topo),
         out_(out),
         towers_(make_towers(job.spec, job.devices, job.config.towers,
@@ -84,12 +87,16 @@ class WorkerLoop {
     const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
     interval_start_ = wall0;
     bool evaluated_last = false;
-    for (std::int64_t step = resume_.step; step < job_.total_steps; ++step) {
+    std::int64_t step = resume_.step;
+    int stopped_by = 0;
+    for (; step < job_.total_steps; ++step) {
+      if ((stopped_by = stop_verdict(step)) != 0) break;
       const double before = now_seconds();
       const data::WorkerBatch batch = loader.next();
       phases_.data += loader.take_wait_seconds();
       job_.timeline->span("data wait", before, now_seconds(), step);
       train_step(batch, step);
+      if (!pipeline_) vote_.cast(step);  // with --overlap, the exchange thread casts once it has pulled
       const bool epoch_end = batch.step_in_epoch + 1 == batch.steps_in_epoch;
       if ((step + 1) % job_.config.log_every == 0 || epoch_end || step + 1 == job_.total_steps)
         report_interval(step, batch);
@@ -101,9 +108,20 @@ class WorkerLoop {
       towers_->set_layer_hooks({});
       pipeline_.reset();  // joins the exchange thread
     }
-    if (!evaluated_last && job_.config.eval) evaluate(job_.total_steps - 1, -1);
+    if (stopped_by) {
+      out_.line(str("stopping after step ", step, " of ", job_.total_steps, ": ", signal_name(stopped_by),
+                    " reached a rank; ", job_.config.checkpoint_dir.empty()
+                                             ? std::string("no --checkpoint-dir, so nothing is saved")
+                                             : "the PS save a checkpoint; run again with --resume to continue",
+                    " (exit status ", kStoppedExitStatus, ")"));
+    } else if (!evaluated_last && job_.config.eval) {
+      evaluate(job_.total_steps - 1, -1);
+    }
     exchange_.finish();
+    vote_.finish();
     RankReport r;
+    r.steps = step;
+    r.stop_signal = stopped_by;
     r.wall_s = now_seconds() - wall0;
     r.cpu_s = process_cpu_seconds() - cpu0;
     r.busy_s = busy_s_;
@@ -155,10 +173,27 @@ class WorkerLoop {
     nn::LayerHooks hooks;
     hooks.before_forward = [this](std::size_t b, std::size_t e) { pipeline_->await_params(b, e); };
     hooks.grads_ready = [this](std::size_t b, std::size_t e) { pipeline_->grads_ready(b, e); };
+    // Step s is pulled: vote on it, and receive the verdict on s - 1 (complete by now: every rank
+    // cast it before step s could be applied), which stop_verdict() reads without MPI.
+    pipeline_->set_after_pull([this](std::int64_t step) {
+      vote_.cast(step);
+      if (step - 1 >= resume_.step) vote_.verdict(step - 1);
+    });
     towers_->set_layer_hooks(hooks);
     out_.line(str("overlap on: ", pipeline_->buckets().size(), " gradient bucket(s) of whole layers, at least ",
                   human_bytes(static_cast<double>(job_.config.bucket_kib) * 1024),
                   " each, pushed during backward and pulled during the next forward"));
+  }
+
+  // Before step `step`: the verdict on step - StopVote::kLag (stop_vote.hpp), a signal or 0.
+  int stop_verdict(std::int64_t step) {
+    const std::int64_t voted = step - StopVote::kLag;
+    if (voted < resume_.step) return 0;
+    if (pipeline_) {
+      if (const auto known = vote_.known_verdict(voted)) return *known;
+      drain();  // not expected (see stop_vote.hpp); the exchange thread is idle after this
+    }
+    return vote_.verdict(voted);
   }
 
   // Before an MPI call of the training loop's own (reductions, evaluation, the end): the
@@ -178,6 +213,7 @@ class WorkerLoop {
   float start_step(const data::WorkerBatch& batch, std::int64_t step) const {
     comm::Watchdog::beat("training step");
     if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
+    if (test_fault(str("signal:", topo_.world_rank(), ":", step))) raise(SIGTERM);  // tests of stop signals
     return static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
   }
 
@@ -373,6 +409,7 @@ class WorkerLoop {
 
   const Job& job_;
   const ResumePoint& resume_;
+  StopVote& vote_;
   const comm::Topology& topo_;
   Reporter& out_;
   std::unique_ptr<Towers> towers_;
@@ -392,8 +429,8 @@ class WorkerLoop {
 }  // namespace
 
 RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
-                      const ResumePoint& resume, std::vector<float>* final_params) {
-  WorkerLoop loop(job, train, test, reporter, resume);
+                      const ResumePoint& resume, StopVote& vote, std::vector<float>* final_params) {
+  WorkerLoop loop(job, train, test, reporter, resume, vote);
   const RankReport report = loop.run();
   if (final_params) loop.copy_parameters(*final_params);
   return report;

@@ -11,12 +11,19 @@ CASE:
             directory of partial files: clear errors or skips with a warning, never a crash/hang
   crash     kill -9 of PS 0 in the middle of a write: the previous checkpoint survives and
             --resume uses it
+  preempt   a stop signal (SIGTERM) on one rank, at a step (the chief, another worker with
+            --overlap, the PS) and from outside at a random moment: every rank stops after the
+            same step, the PS save, every rank exits 75, and --resume then ends bitwise where an
+            uninterrupted run ends
 """
 import argparse
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -171,13 +178,91 @@ class Case:
         if leftovers:
             raise SystemExit(f"FAIL: temporary files left: {leftovers}")
 
+    def preempt(self):
+        base = os.path.join(self.a.work, "preempt")
+        shutil.rmtree(base, ignore_errors=True)
+        small = ["--dataset", "synthetic", "--model", "mlp:784-64-10", "--deterministic", "--optimizer", "adam",
+                 "--lr", "0.001"]
+        total = 40
+        ref = os.path.join(base, "ref")
+        self.drtrain(3, *small, "--max-steps", str(total), "--checkpoint-dir", ref)
+        ref_final = os.path.join(ref, f"ckpt-{total:08d}.h5")
+
+        def stopped_at(code, out, what):
+            if code != 75:
+                print(out)
+                raise SystemExit(f"FAIL: {what}: exit status {code}, expected 75")
+            m = re.search(r'"steps":(\d+)', out)
+            if not m or '"stopped_by":"SIGTERM"' not in out:
+                print(out)
+                raise SystemExit(f"FAIL: {what}: the summary does not say where and why the run stopped")
+            return int(m.group(1))
+
+        # A signal at step 10 on one rank counts in the first vote that rank casts after it: a
+        # worker's vote on step 10 (cast after that step), the PS's on step 10 (the signal comes
+        # just before its cast), and with --overlap the vote on step 9 or 10 (the exchange
+        # thread casts the vote on step 9 once step 9 is pulled, before or after step 10 starts).
+        # The verdict on step s is read before step s + 3: every rank stops after 13 (or 12) steps.
+        for name, fault, extra, allowed in [("chief", "signal:1:10", [], (13,)),
+                                            ("worker-overlap", "signal:2:10", ["--overlap", "true"], (12, 13)),
+                                            ("ps", "signal:0:10", [], (13,))]:
+            d = os.path.join(base, name)
+            code, out = self.drtrain(3, *small, *extra, "--max-steps", str(total), "--checkpoint-dir", d, expect_ok=None,
+                                     env=dict(os.environ, DRT_TEST_FAULT=fault))
+            steps = stopped_at(code, out, name)
+            expected = steps if steps in allowed else allowed[0]
+            if steps != expected or not os.path.exists(os.path.join(d, f"ckpt-{expected:08d}.h5")):
+                print(out)
+                raise SystemExit(f"FAIL: {name}: stopped after {steps} steps with {sorted(os.listdir(d))}, "
+                                 f"expected {expected}")
+            expect(out, f"stopping after step {expected} of 40: SIGTERM reached a rank", name)
+            _, out = self.drtrain(3, *small, *extra, "--max-steps", str(total), "--checkpoint-dir", d, "--resume")
+            expect(out, f"after {expected} updates: step {expected + 1} of 40", f"{name}: resume")
+            run([self.tool, "diff", os.path.join(d, f"ckpt-{total:08d}.h5"), ref_final])  # exit 1 on any difference
+
+        # From outside, at a moment the test does not choose: SIGTERM to one worker process.
+        d = os.path.join(base, "external")
+        cmd = self.a.mpiexec.split() + ["-n", "3", os.path.join(self.a.bin, "drtrain"), "--num-ps", "1", "--log-every",
+                                        "1000", "--eval", "false", *small, "--max-steps", "1000000",
+                                        "--checkpoint-dir", d, "--checkpoint-every", "50"]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 60
+        while not os.path.exists(os.path.join(d, "ckpt-00000050.h5")) and time.time() < deadline:
+            time.sleep(0.05)
+        ranks = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if pid.isdigit() and argv[0].endswith(b"/drtrain") and d.encode() in argv:
+                ranks.append(int(pid))
+        if len(ranks) != 3:
+            proc.kill()
+            raise SystemExit(f"FAIL: external: found {len(ranks)} drtrain ranks, expected 3")
+        os.kill(sorted(ranks)[-1], signal.SIGTERM)  # the highest pid: some rank, PS or worker
+        try:
+            out, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise SystemExit("FAIL: external: the job did not stop within 60 s of SIGTERM")
+        steps = stopped_at(proc.returncode, out, "external SIGTERM")
+        final = os.path.join(d, f"ckpt-{steps:08d}.h5")
+        if not os.path.exists(final):
+            print(out)
+            raise SystemExit(f"FAIL: external: no checkpoint after step {steps}: {sorted(os.listdir(d))}")
+        run([self.tool, "verify", final])
+        _, out = self.drtrain(3, *small, "--max-steps", str(steps + 5), "--checkpoint-dir", d, "--resume")
+        expect(out, f"after {steps} updates: step {steps + 1} of {steps + 5}", "external: resume")
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash"])
+    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt"])
     a = p.parse_args()
     case = Case(a)
     getattr(case, {"tool": "tool_case"}.get(a.case, a.case))()

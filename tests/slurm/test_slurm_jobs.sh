@@ -86,11 +86,18 @@ scontrol update JobId="$id" StartTime=now+10 > /dev/null 2>&1
 state=$(wait_job "$id")
 if [[ $state != *COMPLETED* ]]; then
   fail "requeue: job ended as $state"; tail -20 "$requeue_out"
-elif ! grep -q "requeueing job $id" "$requeue_out" || ! grep -q "^resuming from $work/ck/requeue/ckpt-" "$requeue_out" \
-     || ! grep -q '{"summary":true.*"steps":300' "$requeue_out"; then
-  fail "requeue: the second run did not resume and finish"; grep -E "requeue|resum|summary|error" "$requeue_out"
 else
-  echo "ok: requeue: $(grep -o '^resuming from .* updates: step [0-9]*' "$requeue_out"), finished 300 steps"
+  # The first run stops on USR1 after some step K, saves, exits 75; the second resumes after
+  # exactly K updates (nothing lost, nothing trained twice) and finishes.
+  stopped=$(grep -o '"steps":[0-9]*,.*"stopped_by":"SIGUSR1"' "$requeue_out" | head -1 | grep -o '^"steps":[0-9]*' | cut -d: -f2)
+  if [ -z "$stopped" ] || ! grep -q "requeueing job $id" "$requeue_out" \
+     || ! grep -q "^resuming from $work/ck/requeue/ckpt-0*$stopped.h5 after $stopped updates: step $((stopped + 1)) of 300" "$requeue_out" \
+     || ! grep -q '{"summary":true.*"steps":300' "$requeue_out"; then
+    fail "requeue: the job did not stop on USR1, requeue, resume at the step it stopped and finish"
+    grep -E "requeue|resum|summary|error|stopping" "$requeue_out"
+  else
+    echo "ok: requeue: stopped by SIGUSR1 after step $stopped, requeued, resumed at step $((stopped + 1)), finished 300 steps"
+  fi
 fi
 
 # A launcher that does not match the MPI library must not train N single-rank jobs.

@@ -1,6 +1,7 @@
 // The drtrain command line and INI files: defaults, overrides (the command line wins over
 // --config), --print-config round trips, and clear errors naming the flag or file.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "drtrain/train/train_config.hpp"
 
 namespace drt::train {
@@ -92,6 +94,11 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--epochs", "0"}).find("--epochs must be at least 1"), std::string::npos);
   EXPECT_NE(error_of({"--lr", "abc"}).find("--lr"), std::string::npos);
   EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini: cannot open"), std::string::npos);
+  EXPECT_NE(error_of({"--stop-signals", "TERM,KILL"}).find("KILL cannot be caught"), std::string::npos);
+  EXPECT_NE(error_of({"--stop-signals", "TERM,FOO"}).find("unknown signal 'FOO'"), std::string::npos);
+  EXPECT_EQ(parse_stop_signals("sigterm, USR1,12"), (std::vector<int>{SIGTERM, SIGUSR1, 12}));
+  EXPECT_TRUE(parse_stop_signals("none").empty());
+  EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
   // A stray word or a value without its flag is an error, not silently ignored.
   EXPECT_NE(error_of({"--epochs", "2", "foo"}).find("unexpected argument 'foo'"), std::string::npos);
   EXPECT_NE(error_of({"cnn", "--epochs", "2"}).find("unexpected argument 'cnn'"), std::string::npos);
@@ -105,6 +112,27 @@ TEST(TrainConfig, HelpVersionAndPrintConfigStop) {
   EXPECT_FALSE(parse({"--help"}).has_value());
   EXPECT_FALSE(parse({"--version"}).has_value());
   EXPECT_FALSE(parse({"--print-config"}).has_value());
+}
+
+// Found by fuzz/fuzz_config: Boost.Program_options fills its messages by replacing %name%
+// placeholders until none is left, so user text holding its own placeholder made the error
+// message loop forever (a hang with a growing string). The text is still shown, its '%' as the
+// full-width U+FF05.
+TEST(TrainConfig, PlaceholdersInUserTextDoNotHangErrors) {
+  const std::string pct = "\xEF\xBC\x85";
+  std::string m = error_of({"--epochs", "%value%"});
+  EXPECT_NE(m.find("--epochs"), std::string::npos) << m;
+  EXPECT_NE(m.find(pct + "value" + pct), std::string::npos) << m;
+  m = error_of({"-%canonical_option%-dataset"});
+  EXPECT_NE(m.find("canonical_option"), std::string::npos) << m;
+  m = error_of({"--%option%", "1"});
+  EXPECT_NE(m.find(pct + "option" + pct), std::string::npos) << m;
+  m = error_of({"--config", write_file("drt_pct_key.ini", "%original_token% = 1\n")});
+  EXPECT_NE(m.find("original_token"), std::string::npos) << m;
+  m = error_of({"--config", write_file("drt_pct_value.ini", "epochs = %value%%prefix%\n")});
+  EXPECT_NE(m.find("epochs"), std::string::npos) << m;
+  // A '%' in a value that is fine stays as it is.
+  EXPECT_EQ(parse({"--metrics", "run%value%.jsonl"})->metrics, "run%value%.jsonl");
 }
 
 }  // namespace

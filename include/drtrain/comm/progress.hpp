@@ -14,6 +14,8 @@
 // osc/rdma, osc/ucx over RDMA hardware).
 #pragma once
 
+#include <mpi.h>
+
 #include <cstddef>
 
 namespace drt::comm {
@@ -39,6 +41,15 @@ class ProgressPacer {
   std::size_t every_;
   std::size_t done_ = 0;
 };
+
+// Nonblocking collectives that must move while their rank waits for something else: MPICH
+// advances a collective's schedule only while one of its requests is tested, so a PS polling for
+// pushes would hold up the peers waiting on that collective. progress() MPI_Tests every watched
+// request. One that completes there becomes MPI_REQUEST_NULL, which the owner's own MPI_Test or
+// MPI_Wait sees as complete (the result is in its buffer). The owner unwatches the request
+// before the variable goes away. Call from the thread that owns MPI.
+void watch_request(MPI_Request* request);
+void unwatch_request(MPI_Request* request);
 
 // Times progress() was called in this process (tests check that a path calls it).
 std::size_t progress_calls();

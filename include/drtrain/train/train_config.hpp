@@ -31,7 +31,8 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   std::string metrics;  // JSON lines file; empty: none
   std::string timeline;  // Chrome trace file; empty: none
-  std::size_t timeline_max_spans = 200000;  // spans a rank keeps for --timeline (Timeline)
+  std::size_t timeline_max_spans = 200000;
+  std::string stop_signals = "TERM,USR1";  // core/stop_signals.hpp; "none": default actions  // spans a rank keeps for --timeline (Timeline)
   int log_every = 50;   // steps between progress lines and metrics records
   int threads = 0;      // BLAS threads per worker; 0: cores on the node / workers on the node
   // Overlap the exchange with compute (a worker's exchange thread: push during backward, pull
