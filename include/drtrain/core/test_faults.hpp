@@ -2,6 +2,8 @@
 // it is the one requested. Faults in use:
 //   checkpoint-write:<step>   PS 0 kills itself (SIGKILL) in the middle of that checkpoint
 //   stop:<world rank>:<step>  that rank stops itself (SIGSTOP) before that training step
+//   signal:<world rank>:<step> that rank sends itself SIGTERM (a stop signal) at that step
+//                             (a worker before it, a PS after applying it)
 //   slow-zeroing              every PS sleeps 1 s before clearing its new windows
 // Unset in normal runs; nothing else reads it.
 #pragma once
