@@ -4,7 +4,8 @@
 # report Skipped without a GPU) against Open MPI, in the CUDA configuration when nvcc is
 # installed; then the same suite in the CPU-only configuration (-DDRT_ENABLE_CUDA=OFF) against
 # MPICH (scripts/mpich_check.sh, in build-mpich/), so neither configuration rots; then the
-# sanitizer pass (scripts/sanitizer_check.sh, in build-asan/). Exits non-zero on any failure;
+# sanitizer pass (scripts/sanitizer_check.sh, in build-asan/); then 20 s of each libFuzzer
+# target (scripts/fuzz_check.sh, clang, in build-fuzz/). Exits non-zero on any failure;
 # safe to run again.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -14,3 +15,4 @@ drt_build -DDRT_WARNINGS_AS_ERRORS=ON
 ctest --test-dir "$DRT_BUILD" --output-on-failure -j "$DRT_JOBS"
 "$DRT_ROOT/scripts/mpich_check.sh"
 "$DRT_ROOT/scripts/sanitizer_check.sh"
+"$DRT_ROOT/scripts/fuzz_check.sh"

@@ -381,9 +381,15 @@ CheckpointFile::Tensor CheckpointFile::read(const std::string& dataset) const {
   Tensor t;
   t.path = dataset;
   t.shape = dataset_shape(static_cast<hid_t>(file_), dataset);
+  // At most 2^34 elements; checked per dimension, so that a shape whose element count wraps
+  // around 64 bits (HDF5 accepts it and wraps the same way) is refused too.
+  constexpr std::size_t kMaxElements = std::size_t{1} << 34;
   std::size_t n = 1;
-  for (auto d : t.shape) n *= static_cast<std::size_t>(d);
-  if (n > (std::size_t{1} << 34)) throw CheckpointError(str(dataset, ": implausible size"));
+  for (auto d : t.shape) {
+    if (d < 0 || (d > 0 && n > kMaxElements / static_cast<std::size_t>(d)))
+      throw CheckpointError(str(dataset, ": implausible size ", shape_text(t.shape)));
+    n *= static_cast<std::size_t>(d);
+  }
   t.values.resize(n);
   H5Id dset(DRT_H5_CHECK(H5Dopen2(static_cast<hid_t>(file_), dataset.c_str(), H5P_DEFAULT), "opening " + dataset));
   if (H5Dread(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data()) < 0)

@@ -13,10 +13,6 @@
 
 namespace drt::train {
 
-// cli_options.cpp: a po::error's what(), safe from user text that holds Boost's %placeholders%.
-// TODO(cli_options.hpp): declare it there.
-std::string po_error_message(const po::error& e);
-
 namespace {
 
 po::options_description training_options(TrainConfig& c, std::string& config_file) {

@@ -23,6 +23,11 @@ po::options_description layout_options(LayoutOptions& out);
 po::options_description exchange_options(ps::ExchangeConfig& out);
 po::options_description optimizer_options(optim::OptimizerConfig& out);
 
+// A po::error's what(), safe from user text holding Boost's %placeholders% (Boost 1.74 replaces
+// them until none is left, so "--epochs %value%" made what() loop for ever): every '%' in the
+// error's fields becomes a full-width percent sign (U+FF05) first. Found by fuzz/fuzz_config.
+std::string po_error_message(const po::error& e);
+
 // Parses argv against `desc` without storing it: flags only; a positional argument (a stray
 // word, a value missing its flag) throws ConfigError naming it. po::error passes through.
 po::parsed_options parse_flags(int argc, char** argv, const po::options_description& desc);

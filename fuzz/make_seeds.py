@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""Writes the seed corpora of fuzz/corpus/idx and fuzz/corpus/config (input layouts: fuzz/README.md).
+
+usage: fuzz/make_seeds.py [FUZZ_DIR]   (default: the directory of this script)
+The checkpoint seeds come from make_checkpoint_seeds (a C++ program built with the fuzzers).
+"""
+import gzip
+import os
+import struct
+import sys
+
+root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+
+
+def write(target, name, data):
+    d = os.path.join(root, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def idx_images(count, rows, cols, pixels=None):
+    body = pixels if pixels is not None else bytes((i * 37) % 256 for i in range(count * rows * cols))
+    return struct.pack(">IIII", 0x803, count, rows, cols) + body
+
+
+def idx_labels(count, labels=None):
+    body = labels if labels is not None else bytes(i % 10 for i in range(count))
+    return struct.pack(">II", 0x801, count) + body
+
+
+def idx_input(images, labels, flags=0, classes=10):
+    return bytes([flags, classes]) + struct.pack("<H", len(labels)) + labels + images
+
+
+# IDX: byte 0 flags (bit 0 gzip the images, bit 1 the labels), byte 1 classes, 2-3 label bytes.
+write("idx", "plain", idx_input(idx_images(3, 4, 5), idx_labels(3)))
+write("idx", "gzip_by_harness", idx_input(idx_images(2, 3, 3), idx_labels(2), flags=3))
+write("idx", "gzip_in_input", idx_input(gzip.compress(idx_images(2, 2, 2), 1, mtime=0), gzip.compress(idx_labels(2), 1, mtime=0)))
+write("idx", "classes_256", idx_input(idx_images(2, 1, 1), idx_labels(2, bytes([0, 255])), classes=0))
+write("idx", "truncated_payload", idx_input(idx_images(4, 2, 2)[:-3], idx_labels(4)))
+write("idx", "extra_bytes", idx_input(idx_images(1, 2, 2) + b"\0", idx_labels(1)))
+write("idx", "swapped_files", idx_input(idx_labels(1), idx_images(1, 1, 1)))
+write("idx", "count_mismatch", idx_input(idx_images(2, 1, 1), idx_labels(3)))
+write("idx", "label_too_big", idx_input(idx_images(2, 1, 1), idx_labels(2, bytes([1, 10]))))
+write("idx", "huge_header", idx_input(idx_images(100000000, 4096, 4096, b""), idx_labels(100000000, b"")))
+
+# Config: argv tokens one per line, optionally "%%" and an INI file passed as --config.
+write("config", "empty", "")
+write("config", "defaults_print", "--print-config\n")
+write("config", "help", "--help\n")
+write("config", "version", "--version\n")
+write("config", "cli_many", "--model\ncnn\n--epochs=3\n--batch-size\n120\n--optimizer\nadamw\n--lr\n0.001\n"
+      "--lr-schedule\ncosine\n--warmup-steps\n10\n--num-ps\n2\n--ps-placement\nper-node\n--rma-sync\nfence\n"
+      "--wire\nbf16\n--deterministic\n--metrics\nrun.jsonl\n--stop-signals\nTERM,USR1,INT\n")
+write("config", "cli_mlp_spec", "--model\nmlp:784-300-100-10\n--dataset\nsynthetic\n--synthetic-train\n600\n"
+      "--checkpoint-dir\n/tmp/ck\n--checkpoint-every\n20\n--resume\n--keep\n2\n")
+write("config", "cli_bad_value", "--epochs\nmany\n")
+write("config", "cli_positional", "stray\n--epochs\n2\n")
+write("config", "ini_full", "--epochs\n5\n%%\n# drtrain configuration\nmodel = mlp\ndataset = synthetic\n"
+      "epochs = 2\nbatch-size = 64\ndevice = cpu\ncuda-tf32 = false\nseed = 7\noverlap = true\nbucket-kib = 64\n"
+      "rma-chunk-kib = 256\nhang-timeout = 30\noptimizer = sgd\nmomentum = 0.9\nnesterov = true\n"
+      "lr-schedule = step\nlr-decay-steps = 100\nlr-decay-rate = 0.5\n")
+write("config", "ini_sections", "%%\n[layout]\nnum-ps = 1\n[optimizer]\nlr = 0.1\n")
+write("config", "ini_bad", "%%\nepochs = \nmodel\n= 3\nunknown-key = 1\n")
