@@ -140,6 +140,15 @@ std::size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The file's text; the file is removed.
+std::string take_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(path.c_str());
+  return text.str();
+}
+
 TEST(Timeline, HoldsEveryRanksSpansWhenTheyTravelInSmallPieces) {
   const comm::Topology topo = comm::Topology::create(1, comm::Placement::kFirst);
   Timeline timeline(true);
@@ -150,11 +159,7 @@ TEST(Timeline, HoldsEveryRanksSpansWhenTheyTravelInSmallPieces) {
   bool ok = true;
   std::string detail;
   if (topo.world_rank() == 0) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string trace = text.str();
-    std::remove(path.c_str());
+    const std::string trace = take_file(path);
     std::size_t expected = 0;
     for (int r = 0; r < topo.world_size(); ++r) expected += static_cast<std::size_t>(spans_of(r));
     const std::size_t spans = count(trace, "\"ph\":\"X\"");
@@ -180,11 +185,7 @@ TEST(Timeline, KeepsTheFirstSpansAndCountsTheRest) {
   const std::uint64_t dropped = timeline.write(topo, path, 60.0, 100);
   std::string detail = str("rank ", topo.world_rank(), ": kept ", timeline.size(), ", dropped ", timeline.dropped());
   if (topo.world_rank() == 0) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string trace = text.str();
-    std::remove(path.c_str());
+    const std::string trace = take_file(path);
     std::size_t expected_spans = 0, expected_dropped = 0;
     for (int r = 0; r < topo.world_size(); ++r) {
       const std::size_t n = static_cast<std::size_t>(2 + 3 * r);
