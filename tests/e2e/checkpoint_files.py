@@ -15,9 +15,14 @@ CASE:
             --overlap, the PS) and from outside at a random moment: every rank stops after the
             same step, the PS save, every rank exits 75, and --resume then ends bitwise where an
             uninterrupted run ends
+  kill      kill -9 of a random rank at a random moment (training, checkpoint writes, start-up,
+            the end), then --resume, again and again until a run completes: the final
+            checkpoint is bitwise that of an uninterrupted --deterministic run (--trials N;
+            CI runs 2, tests/e2e/kill_anywhere.sh runs many)
 """
 import argparse
 import os
+import random
 import re
 import shutil
 import signal
@@ -229,15 +234,7 @@ class Case:
         deadline = time.time() + 60
         while not os.path.exists(os.path.join(d, "ckpt-00000050.h5")) and time.time() < deadline:
             time.sleep(0.05)
-        ranks = []
-        for pid in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if pid.isdigit() and argv[0].endswith(b"/drtrain") and d.encode() in argv:
-                ranks.append(int(pid))
+        ranks = self.drtrain_ranks(d)
         if len(ranks) != 3:
             proc.kill()
             raise SystemExit(f"FAIL: external: found {len(ranks)} drtrain ranks, expected 3")
@@ -256,14 +253,81 @@ class Case:
         _, out = self.drtrain(3, *small, "--max-steps", str(steps + 5), "--checkpoint-dir", d, "--resume")
         expect(out, f"after {steps} updates: step {steps + 1} of {steps + 5}", "external: resume")
 
+    def drtrain_ranks(self, marker):
+        """PIDs of the drtrain processes whose command line holds `marker`."""
+        ranks = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"/drtrain") and marker.encode() in argv:
+                ranks.append(int(pid))
+        return ranks
+
+    def kill(self):
+        base = os.path.join(self.a.work, "kill")
+        shutil.rmtree(base, ignore_errors=True)
+        args = ["--dataset", "synthetic", "--model", "mlp:784-256-256-10", "--deterministic", "--optimizer", "adam",
+                "--lr", "0.001", "--max-steps", "300", "--checkpoint-every", "7", "--keep", "2", "--threads", "1"]
+        ref = os.path.join(base, "ref")
+        t0 = time.time()
+        self.drtrain(3, *args, "--checkpoint-dir", ref)
+        duration = time.time() - t0
+        ref_final = os.path.join(ref, "ckpt-00000300.h5")
+        rng = random.Random(self.a.seed)
+        kills = 0
+        for trial in range(self.a.trials):
+            d = os.path.join(base, f"trial{trial}")
+            for attempt in range(40):
+                cmd = self.a.mpiexec.split() + ["-n", "3", os.path.join(self.a.bin, "drtrain"), "--num-ps", "1",
+                                                "--log-every", "1000", "--eval", "false", *args,
+                                                "--checkpoint-dir", d, "--resume"]
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+                delay = rng.uniform(0.05, 1.0) * duration
+                try:
+                    out, _ = proc.communicate(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    ranks = self.drtrain_ranks(d)
+                    if ranks:
+                        victim = rng.choice(sorted(ranks))
+                        try:
+                            os.kill(victim, signal.SIGKILL)
+                            kills += 1
+                        except ProcessLookupError:
+                            pass
+                    try:
+                        out, _ = proc.communicate(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        raise SystemExit(f"FAIL: kill: trial {trial}: the job did not end within 60 s of kill -9")
+                if proc.returncode == 0:
+                    break
+            else:
+                raise SystemExit(f"FAIL: kill: trial {trial}: no run completed in 40 attempts")
+            run([self.tool, "diff", os.path.join(d, "ckpt-00000300.h5"), ref_final])  # exit 1 on any difference
+            print(f"trial {trial}: {attempt + 1} run(s), final checkpoint bitwise equal to the uninterrupted run")
+        if kills == 0:
+            raise SystemExit("FAIL: kill: no rank was ever killed (the runs ended before every kill)")
+        print(f"kill: {kills} rank(s) killed over {self.a.trials} trial(s)")
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt"])
+    p.add_argument("--trials", type=int, default=2, help="kill: trials (each killed and resumed until done)")
+    p.add_argument("--seed", type=int, default=None, help="kill: the random seed (default: a fresh one, printed)")
+    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "kill"])
     a = p.parse_args()
+    if a.seed is None:
+        a.seed = random.SystemRandom().randrange(1 << 30)
+    print(f"seed {a.seed}")
     case = Case(a)
     getattr(case, {"tool": "tool_case"}.get(a.case, a.case))()
     print(f"ok: {a.case}")
