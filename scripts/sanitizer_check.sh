@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The code that parses untrusted files (IDX datasets, HDF5 checkpoints) under AddressSanitizer and
 # UndefinedBehaviorSanitizer: a separate build in build-asan/, then the data unit tests and the
-# checkpoint file tests (good, broken and crashed files). Run by scripts/test.sh.
+# checkpoint file tests (good, broken and crashed files); then ThreadSanitizer over the data tests,
+# whose batch loader runs a producer thread (build-tsan/, about a minute). Run by scripts/test.sh.
+# (The worker's exchange thread, --overlap, is not under TSan yet: built with -fsanitize=thread,
+# the MPI tests die of SIGSEGV under both Open MPI 4.1 and MPICH 4.0, with --overlap and without,
+# and Open MPI adds lock-order reports inside its TCP transport; cause not investigated.)
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 DRT_BUILD="$DRT_ROOT/build-asan"
@@ -17,4 +21,10 @@ for case in fixture bad crash tool; do
   /usr/bin/python3 "$DRT_ROOT/tests/e2e/checkpoint_files.py" --bin "$DRT_BUILD/bin" \
     --mpiexec "mpiexec $flags" --work "$work" "$case"
 done
+
+DRT_BUILD="$DRT_ROOT/build-tsan"
+cmake -S "$DRT_ROOT" -B "$DRT_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRT_SANITIZE=thread \
+      -DDRT_ENABLE_CUDA=OFF -DDRT_BUILD_BENCH=OFF "-DDRT_MPIEXEC_FLAGS=${flags// /;}"
+cmake --build "$DRT_BUILD" -j "$DRT_JOBS" --target test_data
+TSAN_OPTIONS=halt_on_error=1 "$DRT_BUILD/tests/test_data"
 echo "sanitizer check: passed"

@@ -217,7 +217,11 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   ResumePoint resume = prepare_resume(job);
   backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
   print_setup(job, *reporter);
-  if (!resume.file.empty())
+  if (!resume.file.empty() && resume.step >= job.total_steps)
+    reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: nothing left to train (it is ",
+                       resume.step, " steps into the data; this run ends at step ", job.total_steps,
+                       "; raise --epochs or --max-steps to train on)"));
+  else if (!resume.file.empty())
     reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1, " of ",
                        job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch, " steps into it)"));
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
