@@ -15,6 +15,7 @@
 #include "drtrain/comm/comm.hpp"
 #include "drtrain/core/param_layout.hpp"
 #include "drtrain/io/checkpoint.hpp"
+#include "drtrain/io/checkpoint_writer.hpp"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

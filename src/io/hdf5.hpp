@@ -24,6 +24,12 @@ class H5Id {
   hid_t get() const { return id_; }
   operator hid_t() const { return id_; }  // NOLINT: handles go straight into H5 calls
   void reset() noexcept;
+  // Gives up ownership (e.g. to close a file with a checked H5Fclose).
+  hid_t release() noexcept {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
 
  private:
   hid_t id_ = H5I_INVALID_HID;

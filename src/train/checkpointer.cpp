@@ -9,6 +9,8 @@
 
 #include "drtrain/comm/agreement.hpp"
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/poll.hpp"
+#include "drtrain/comm/progress.hpp"
 #include "drtrain/comm/watchdog.hpp"
 #include "drtrain/config.hpp"
 #include "drtrain/core/clock.hpp"
@@ -16,6 +18,7 @@
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
+#include "drtrain/io/checkpoint_writer.hpp"
 
 namespace drt::train {
 namespace {
@@ -135,16 +138,36 @@ void load_into(ResumePoint& resume, ps::ParameterServer& server) {
 Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const ResumePoint& resume)
     : job_(job),
       server_(server),
+      done_comm_(job.topo.role_comm().split(0, job.topo.role_index())),
       resumed_from_(resume.file),
       first_step_(resume.step),
       first_update_(resume.updates),
       last_time_(now_seconds()) {}
 
+Checkpointer::~Checkpointer() {
+  // Only on a failure (finish() leaves nothing in flight): the job is about to abort; the writer
+  // thread is joined by writer_'s destructor, the reduction is left to MPI_Abort.
+  if (in_flight_ && in_flight_->reducing) comm::unwatch_request(&in_flight_->request);
+}
+
 std::int64_t Checkpointer::updates_at(std::int64_t step) const { return first_update_ + (step - first_step_); }
+
+double Checkpointer::checkpoint_bytes() const {
+  return 4.0 * static_cast<double>(job_.plan.total()) * (1 + server_.optimizer().slot_names().size());
+}
+
+io::ShardView Checkpointer::live_view() const {
+  const ps::ShardRange range = server_.range();
+  io::ShardView view{range.begin, range.end, server_.params(), {}};
+  for (std::size_t k = 0; k < server_.optimizer().slot_names().size(); ++k)
+    view.slots.push_back(server_.optimizer().slot(k).data());
+  return view;
+}
 
 void Checkpointer::after_step(std::int64_t step) {
   const TrainConfig& c = job_.config;
   if (c.checkpoint_dir.empty()) return;
+  advance();
   bool due = c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0;
   if (c.checkpoint_secs > 0) {
     // PS 0's clock decides, so that every PS saves at the same step.
@@ -152,13 +175,19 @@ void Checkpointer::after_step(std::int64_t step) {
     DRT_MPI_CHECK(MPI_Bcast(&by_time, 1, MPI_INT, 0, job_.topo.role_comm().get()));
     due = due || by_time;
   }
-  if (due) save(step);
+  if (!due) return;
+  if (c.checkpoint_async)
+    start_async(step);
+  else
+    save_now(step);
 }
 
 void Checkpointer::finish(std::int64_t step) {
-  if (job_.config.checkpoint_dir.empty() || step == last_saved_) return;
+  if (job_.config.checkpoint_dir.empty()) return;
+  wait_in_flight();
+  if (step == last_saved_) return;
   if (io::checkpoint_path(job_.config.checkpoint_dir, updates_at(step)) == resumed_from_) return;  // nothing new
-  save(step);
+  save_now(step);
 }
 
 io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
@@ -182,36 +211,130 @@ io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
   return m;
 }
 
-void Checkpointer::save(std::int64_t step) {
+void Checkpointer::publish(const std::string& temp, const std::string& final_path, double bytes, const std::string& how) {
+  io::publish_checkpoint(temp, final_path);
+  const auto removed = io::apply_retention(job_.config.checkpoint_dir, job_.config.keep);
+  log_info("checkpoint ", final_path, ": ", human_bytes(bytes), " ", how,
+           removed.empty() ? std::string() : str(", removed ", removed.size(), " old file(s)"));
+}
+
+void Checkpointer::save_now(std::int64_t step) {
   comm::Watchdog::beat("checkpoint");
   const double t0 = now_seconds();
   const std::string& dir = job_.config.checkpoint_dir;
   const std::int64_t updates = updates_at(step);
   const std::string temp = io::temporary_path(dir, updates), final_path = io::checkpoint_path(dir, updates);
-  const ps::ShardRange range = server_.range();
-  io::ShardView view{range.begin, range.end, server_.params(), {}};
-  for (std::size_t k = 0; k < server_.optimizer().slot_names().size(); ++k)
-    view.slots.push_back(server_.optimizer().slot(k).data());
   const bool lead = job_.topo.role_index() == 0;
   std::function<void()> fault;
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
   if (lead && test_fault(str("checkpoint-write:", updates))) fault = [] { raise(SIGKILL); };
   io::write_checkpoint(job_.topo.role_comm(), temp, meta(step), job_.spec.layout(),
-                       server_.optimizer().slot_names(), view, fault);
-  // Every PS closed the file (write_checkpoint returns after the collective close).
+                       server_.optimizer().slot_names(), live_view(), fault);
+  // Every PS's part is on disk and PS 0 has closed the file.
   if (lead) {
-    io::publish_checkpoint(temp, final_path);
-    const auto removed = io::apply_retention(dir, job_.config.keep);
-    const double dt = now_seconds() - t0;
-    const double bytes = 4.0 * static_cast<double>(job_.plan.total()) * (1 + view.slots.size());
-    log_info("checkpoint ", final_path, ": ", human_bytes(bytes), " in ", dt, " s (", human_bytes(bytes / dt),
-             "/s)", removed.empty() ? std::string() : str(", removed ", removed.size(), " old file(s)"));
+    const double dt = now_seconds() - t0, bytes = checkpoint_bytes();
+    publish(temp, final_path, bytes, str("in ", dt, " s (", human_bytes(bytes / dt), "/s)"));
   }
   DRT_MPI_CHECK(MPI_Barrier(job_.topo.role_comm().get()));  // the file is published before anyone goes on
   last_saved_ = step;
   last_time_ = now_seconds();
-  seconds_ += last_time_ - t0;
+  blocked_s_ += last_time_ - t0;
   job_.timeline->span("checkpoint", t0, last_time_, step);
+}
+
+void Checkpointer::start_async(std::int64_t step) {
+  const double t0 = now_seconds();
+  const bool lead = job_.topo.role_index() == 0;
+  if (in_flight_) {
+    const std::int64_t previous = in_flight_->updates;
+    wait_in_flight();
+    const double waited = now_seconds() - t0;
+    if (lead && !warned_backlog_ && waited > 0.1) {
+      warned_backlog_ = true;
+      log_warning("the checkpoint after ", updates_at(step), " updates waited ", waited, " s for the one after ",
+                  previous, " to be written: checkpoints are due faster than the file system takes them, and "
+                  "training pauses meanwhile (raise --checkpoint-every or --checkpoint-secs)");
+    }
+  }
+  comm::Watchdog::beat("checkpoint");
+  const std::string& dir = job_.config.checkpoint_dir;
+  auto f = std::make_unique<InFlight>();
+  f->step = step;
+  f->updates = updates_at(step);
+  f->temp = io::temporary_path(dir, f->updates);
+  f->final_path = io::checkpoint_path(dir, f->updates);
+  f->started = t0;
+  f->bytes = static_cast<std::size_t>(checkpoint_bytes());
+  const ps::ShardRange range = server_.range();
+  io::CheckpointParts parts = io::create_checkpoint(job_.topo.role_comm(), f->temp, meta(step), job_.spec.layout(),
+                                                    server_.optimizer().slot_names(), range.begin, range.end);
+  writer_.start(std::move(parts), live_view());  // the snapshot: the serve loop may change the shard from here on
+  in_flight_ = std::move(f);
+  last_saved_ = step;
+  last_time_ = now_seconds();
+  blocked_s_ += last_time_ - t0;
+  job_.timeline->span("checkpoint snapshot", t0, last_time_, step);
+}
+
+bool Checkpointer::advance() {
+  if (!in_flight_) return true;
+  InFlight& f = *in_flight_;
+  if (!f.reducing) {
+    if (!writer_.finished()) return false;
+    try {
+      f.sums[0] = writer_.take();
+    } catch (const std::exception& e) {
+      f.sums[1] = 1;
+      f.error = e.what();
+    }
+    // Every PS posts one reduction per save, in save order, on a communicator of their own.
+    DRT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, f.sums, 2, MPI_UINT64_T, MPI_SUM, done_comm_.get(), &f.request));
+    comm::watch_request(&f.request);  // MPICH: moved by every poll (comm/progress.hpp)
+    f.reducing = true;
+  }
+  int done = 0;
+  DRT_MPI_CHECK(MPI_Test(&f.request, &done, MPI_STATUS_IGNORE));
+  if (!done) return false;
+  comm::unwatch_request(&f.request);
+  complete_in_flight();
+  in_flight_.reset();
+  return true;
+}
+
+void Checkpointer::complete_in_flight() {
+  const InFlight& f = *in_flight_;
+  if (f.sums[1] > 0)
+    throw Error(f.error.empty()
+                    ? str("checkpoint ", f.final_path, ": ", f.sums[1], " other PS could not write their part (their "
+                          "messages say why)")
+                    : str("checkpoint ", f.final_path, ": ", f.error));
+  if (job_.topo.role_index() != 0) return;
+  // Test-only (core/test_faults.hpp): die after the data, before the metadata.
+  if (test_fault(str("checkpoint-write:", f.updates))) raise(SIGKILL);
+  io::complete_checkpoint(f.temp, f.sums[0]);
+  const double dt = now_seconds() - f.started, bytes = static_cast<double>(f.bytes);
+  publish(f.temp, f.final_path, bytes,
+          str("in ", dt, " s in the background (", human_bytes(bytes / dt), "/s, snapshot of step ", f.step, ")"));
+}
+
+void Checkpointer::wait_in_flight() {
+  if (!in_flight_) return;
+  // While this PS's own part is being written the writer's progress counts as progress; after
+  // that, the other PS have --hang-timeout to finish theirs.
+  std::size_t seen = writer_.bytes_written();
+  comm::PollWaiter waiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
+  while (!advance()) {
+    if (!in_flight_->reducing && writer_.bytes_written() != seen) {
+      seen = writer_.bytes_written();
+      waiter = comm::PollWaiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
+    }
+    if (!waiter.pause())
+      throw HangError(str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for the checkpoint ",
+                          in_flight_->final_path, in_flight_->reducing
+                              ? " to be written by the other PS; one of them is dead, stopped or its file system is stuck"
+                              : ": this PS's writes have not progressed; its file system is stuck",
+                          " (raise --hang-timeout if it is only slow)"));
+  }
 }
 
 }  // namespace drt::train

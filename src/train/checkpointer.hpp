@@ -6,18 +6,29 @@
 //                     buffers; every rank learns the start step, or the same ConfigError.
 //   Checkpointer      PS only: saves at --checkpoint-every steps / --checkpoint-secs seconds
 //                     (PS 0 decides, the others follow) and at the end; atomic; retention.
+//                     With --checkpoint-async (the default) a save during training snapshots
+//                     the shard at the step boundary and writes it on a thread (SnapshotWriter)
+//                     while the serve loop goes on; once every PS's part is on disk (a
+//                     nonblocking all-reduce of the checksum terms, tested after each step)
+//                     PS 0 writes the checksum and publishes the file. One save at a time: a
+//                     save due while the previous one is still being written waits for it.
 //                     The directory was made and checked at start-up, on every PS, with the
 //                     verdict shared by every rank (check_outputs() in trainer.cpp).
 #pragma once
 
+#include <mpi.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "drtrain/core/aligned_buffer.hpp"
 #include "drtrain/io/checkpoint.hpp"
+#include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/ps/server.hpp"
 #include "job.hpp"
+#include "snapshot_writer.hpp"
 
 namespace drt::train {
 
@@ -40,26 +51,57 @@ void load_into(ResumePoint& resume, ps::ParameterServer& server);
 
 class Checkpointer {
  public:
+  // Collective over the PS (duplicates their communicator).
   Checkpointer(const Job& job, ps::ParameterServer& server, const ResumePoint& resume);
-  // After every step (the server's hook): saves when the policy says so.
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // After every step (the server's hook): moves a save in the background on, and starts one when
+  // the policy says so.
   void after_step(std::int64_t step);
-  // After the last step: the final checkpoint (unless that step was just saved).
+  // After the last step: waits for a save in the background, then writes the final checkpoint
+  // (unless that step was just saved).
   void finish(std::int64_t step);
-  double seconds_saving() const { return seconds_; }
+  // Seconds the serve loop spent in saves (snapshots, file creation, waits, synchronous writes).
+  double seconds_blocked() const { return blocked_s_; }
 
  private:
-  void save(std::int64_t step);
+  // A save whose parts are being written in the background.
+  struct InFlight {
+    std::int64_t step = 0, updates = 0;
+    std::string temp, final_path;
+    double started = 0.0;          // now_seconds() at the step boundary
+    std::size_t bytes = 0;         // of the whole checkpoint
+    bool reducing = false;         // this PS's part is written; the completion reduction is posted
+    std::uint64_t sums[2] = {0, 0};  // this PS's checksum term and failed parts, then every PS's
+    std::string error;             // this PS's write failure
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  void save_now(std::int64_t step);     // synchronous (the final save, --checkpoint-async false)
+  void start_async(std::int64_t step);  // snapshot, file creation, writer thread
+  bool advance();                       // moves an in-flight save on; true when none is left
+  void wait_in_flight();                // advance() until true (HangError after --hang-timeout)
+  void complete_in_flight();            // every PS's part is written: PS 0 completes, publishes
+  void publish(const std::string& temp, const std::string& final_path, double bytes, const std::string& how);  // PS 0
+  io::ShardView live_view() const;
   io::CheckpointMeta meta(std::int64_t step) const;
   // Updates applied once step `step` (this run's counter) is done: names, metadata, --checkpoint-every.
   std::int64_t updates_at(std::int64_t step) const;
+  double checkpoint_bytes() const;
 
   const Job& job_;
   ps::ParameterServer& server_;
+  comm::Comm done_comm_;  // the PS: completion reductions of background saves
+  SnapshotWriter writer_;
+  std::unique_ptr<InFlight> in_flight_;  // unique_ptr: the request's address stays put (watched)
   std::string resumed_from_;
   std::int64_t first_step_, first_update_;
   std::int64_t last_saved_ = -1;
   double last_time_;
-  double seconds_ = 0.0;
+  double blocked_s_ = 0.0;
+  bool warned_backlog_ = false;
 };
 
 }  // namespace drt::train

@@ -28,6 +28,15 @@ StopVote::~StopVote() {
 
 void StopVote::cast(std::int64_t step) {
   DRT_ASSERT(pending_.empty() || pending_.back().step + 1 == step, "stop votes must be cast in step order");
+  // Votes already complete leave the list now: the PS read no verdict before finish(), and
+  // without this their list, and comm::progress()'s watch list that every poll walks, would
+  // grow by one entry per step for the whole run.
+  while (!pending_.empty()) {
+    int done = 0;
+    DRT_MPI_CHECK(MPI_Test(&pending_.front().request, &done, MPI_STATUS_IGNORE));
+    if (!done) break;
+    complete_front();
+  }
   pending_.push_back({step, stop_signal_received(), MPI_REQUEST_NULL});
   Pending& p = pending_.back();
   DRT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &p.value, 1, MPI_INT, MPI_MAX, comm_.get(), &p.request));

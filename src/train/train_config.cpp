@@ -68,6 +68,10 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("checkpoint-secs", po::value<double>(&c.checkpoint_secs)->default_value(c.checkpoint_secs),
        "seconds between checkpoints (0: none)")
       ("keep", po::value<int>(&c.keep)->default_value(c.keep), "newest checkpoints to keep")
+      ("checkpoint-async", po::value<bool>(&c.checkpoint_async)->default_value(c.checkpoint_async),
+       "write checkpoints during training in the background from a snapshot of each PS's shard (training "
+       "pauses only for the copy; costs one more copy of the parameters and optimizer state on each PS); "
+       "false: training waits for each save")
       ("resume", po::value<std::string>(&c.resume)->implicit_value("latest"),
        "continue from the newest valid checkpoint in --checkpoint-dir (--resume), or from a file "
        "(--resume FILE)");
@@ -125,6 +129,7 @@ std::string TrainConfig::to_ini() const {
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps << "\nps-placement = " << comm::to_string(layout.placement)
     << "\nexpect-ranks = " << layout.expect_ranks

@@ -126,6 +126,15 @@ void print_setup(const Job& job, Reporter& out) {
   if (!plan.empty() && plan.back() == '\n') plan.pop_back();
   out.line(plan);
   out.line(ps::describe_ps_memory(job.plan, w, c.exchange, job.optimizer));
+  if (!c.checkpoint_dir.empty()) {
+    std::size_t largest = 0;
+    for (int p = 0; p < job.plan.num_shards(); ++p) largest = std::max(largest, job.plan.shard(p).size());
+    const double snapshot = 4.0 * static_cast<double>(largest) * (1 + job.optimizer.num_slots());
+    out.line(str("checkpoints to ", c.checkpoint_dir, c.checkpoint_async
+                     ? str(": written in the background from a snapshot of each shard (up to ", human_bytes(snapshot),
+                           " more per PS; --checkpoint-async false: none, training waits for each save)")
+                     : std::string(": written by the PS while training waits (--checkpoint-async false)")));
+  }
 }
 
 RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {

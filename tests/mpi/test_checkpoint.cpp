@@ -16,6 +16,7 @@
 #include "drtrain/core/param_layout.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/io/checkpoint.hpp"
+#include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/train/trainer.hpp"

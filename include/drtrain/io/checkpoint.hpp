@@ -1,13 +1,13 @@
-// HDF5 checkpoints (format: docs/CHECKPOINT_FORMAT.md). Parameters and optimizer slots are
-// stored as logical tensors by name with their real shapes, never as shards, so any layout can
-// read them: each PS writes, and on resume reads, the part of every tensor that falls in its
-// shard of the flat parameter space (parallel HDF5 over the PS communicator). No rank ever
-// holds the whole model. A content checksum (order-independent, so the PS can compute it in
-// parts and add them) makes bit rot and half-written files detectable.
+// HDF5 checkpoints (format: docs/CHECKPOINT_FORMAT.md): what a checkpoint records, reading it
+// (parallel, on resume; serially, for tools). Parameters and optimizer slots are stored as
+// logical tensors by name with their real shapes, never as shards, so any layout can read them:
+// each PS writes (io/checkpoint_writer.hpp) and on resume reads the part of every tensor that
+// falls in its shard of the flat parameter space. No rank ever holds the whole model. A content
+// checksum (order-independent, so the PS can compute it in parts and add them) makes bit rot
+// and half-written files detectable.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,13 +53,6 @@ struct ShardView {
   float* params = nullptr;
   std::vector<float*> slots;
 };
-
-// Collective over `ps`: creates `path` and writes the metadata and every PS's part.
-// `meta.checksum` is computed here. Throws Error on I/O failure. `after_data` (tests: a fault
-// hook) runs when the tensors are written and the metadata is not.
-void write_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointMeta meta,
-                      const ParamLayout& layout, const std::vector<std::string>& slot_names,
-                      const ShardView& shard, const std::function<void()>& after_data = {});
 
 // Collective over `ps`: checks that `path` fits this run (model, tensors and shapes, optimizer
 // slots, format version: ConfigError naming the field, both values and what to do), reads

@@ -45,6 +45,9 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 0; // steps between checkpoints (0: none)
   double checkpoint_secs = 0.0;      // seconds between checkpoints (0: none)
   int keep = 3;                      // newest checkpoints kept
+  // Saves during training snapshot the PS's shard and write it on a thread while training goes
+  // on (train/checkpointer.hpp); false: the serve loop writes (no snapshot memory).
+  bool checkpoint_async = true;
   std::string resume;                // "": fresh start; "latest": newest valid in checkpoint_dir; else a file
 
   // Checks values that need no MPI (ranges, choices); ConfigError naming the flag.

@@ -1,0 +1,158 @@
+#include "checkpoint_schema.hpp"
+
+#include <mpi.h>
+
+#include <cstring>
+#include <ctime>
+
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/strings.hpp"
+#include "hdf5.hpp"
+
+namespace drt::io {
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+}  // namespace
+
+std::uint64_t checksum_part(const std::string& dataset, std::uint64_t first, const float* values, std::size_t count) {
+  const std::uint64_t salt = fnv1a(dataset);
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, values + i, sizeof bits);
+    sum += splitmix64(salt ^ splitmix64(first + i) ^ (static_cast<std::uint64_t>(bits) * 0x9E3779B97F4A7C15ULL));
+  }
+  return sum;
+}
+
+namespace schema {
+
+std::string params_path(const std::string& tensor) { return std::string(kParams) + "/" + tensor; }
+std::string slot_path(const std::string& slot, const std::string& tensor) {
+  return std::string(kOptimizer) + "/" + slot + "/" + tensor;
+}
+
+std::vector<hsize_t> dims(const std::vector<std::int64_t>& shape) {
+  return std::vector<hsize_t>(shape.begin(), shape.end());
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::vector<std::string> parts;
+  for (auto d : shape) parts.push_back(std::to_string(d));
+  return "[" + join(parts, ", ") + "]";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::vector<std::string> dataset_paths(const ParamLayout& layout, const std::vector<std::string>& slot_names) {
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k <= slot_names.size(); ++k)
+    for (const TensorSpec& t : layout.tensors())
+      out.push_back(k == 0 ? params_path(t.name) : slot_path(slot_names[k - 1], t.name));
+  return out;
+}
+
+void agree(const comm::Comm& comm, const std::exception_ptr& local) {
+  int kind = 0;
+  std::string message;
+  if (local) {
+    try {
+      std::rethrow_exception(local);
+    } catch (const ConfigError& e) {
+      kind = 1, message = e.what();
+    } catch (const CheckpointError& e) {
+      kind = 2, message = e.what();
+    } catch (const std::exception& e) {
+      kind = 3, message = e.what();
+    }
+  }
+  int first = kind ? comm.rank() : comm.size();
+  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm.get()));
+  if (first == comm.size()) return;
+  int header[2] = {kind, static_cast<int>(message.size())};
+  DRT_MPI_CHECK(MPI_Bcast(header, 2, MPI_INT, first, comm.get()));
+  message.resize(static_cast<std::size_t>(header[1]));
+  DRT_MPI_CHECK(MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm.get()));
+  if (header[0] == 1) throw ConfigError(message);
+  if (header[0] == 2) throw CheckpointError(message);
+  throw Error(message);
+}
+
+void write_meta(hid_t file, const CheckpointMeta& m) {
+  write_attribute(file, "format_version", m.format_version);
+  write_attribute(file, "drtrain_version", m.drtrain_version);
+  write_attribute(file, "step", m.step);
+  write_attribute(file, "epoch", m.epoch);
+  write_attribute(file, "step_in_epoch", m.step_in_epoch);
+  write_attribute(file, "samples_seen", m.samples_seen);
+  write_attribute(file, "global_batch", m.global_batch);
+  write_attribute(file, "model", m.model);
+  write_attribute(file, "optimizer", m.optimizer);
+  write_attribute(file, "optimizer_config", m.optimizer_config);
+  write_attribute(file, "num_ps", m.num_ps);
+  write_attribute(file, "num_workers", m.num_workers);
+  write_attribute(file, "towers", m.towers);
+  write_attribute(file, "shard_boundaries", m.shard_boundaries);
+  write_attribute(file, "seed", m.seed);
+  write_attribute(file, "config", m.config);
+  write_attribute(file, "created", m.created);
+}
+
+void write_completion(hid_t file, std::uint64_t checksum) {
+  write_attribute(file, "checksum", checksum);
+  write_attribute(file, "checksum_algorithm", std::string(kChecksumAlgorithm));
+  write_attribute(file, "complete", std::int64_t{1});  // last: a file without it is partial
+}
+
+CheckpointMeta read_meta(hid_t file) {
+  CheckpointMeta m;
+  m.format_version = read_int_attribute(file, "format_version");
+  if (m.format_version > kCheckpointFormatVersion)
+    throw ConfigError(str("checkpoint format version ", m.format_version, " was written by a newer drtrain; this one "
+                          "reads versions up to ", kCheckpointFormatVersion, ": use a newer drtrain, or start "
+                          "without --resume"));
+  if (!has_attribute(file, "complete")) throw CheckpointError("the file is incomplete (no 'complete' attribute)");
+  m.drtrain_version = read_string_attribute(file, "drtrain_version");
+  m.step = read_int_attribute(file, "step");
+  m.epoch = read_int_attribute(file, "epoch");
+  m.step_in_epoch = read_int_attribute(file, "step_in_epoch");
+  m.samples_seen = read_int_attribute(file, "samples_seen");
+  m.global_batch = read_int_attribute(file, "global_batch");
+  m.model = read_string_attribute(file, "model");
+  m.optimizer = read_string_attribute(file, "optimizer");
+  m.optimizer_config = read_string_attribute(file, "optimizer_config");
+  m.num_ps = read_int_attribute(file, "num_ps");
+  m.num_workers = read_int_attribute(file, "num_workers");
+  m.towers = read_int_attribute(file, "towers");
+  m.shard_boundaries = read_uint_array_attribute(file, "shard_boundaries");
+  m.seed = read_uint_attribute(file, "seed");
+  m.config = read_string_attribute(file, "config");
+  m.created = read_string_attribute(file, "created");
+  m.checksum = read_uint_attribute(file, "checksum");
+  if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.global_batch < 1)
+    throw CheckpointError("the metadata holds impossible values (negative step or batch)");
+  return m;
+}
+
+}  // namespace schema
+}  // namespace drt::io

@@ -1,0 +1,183 @@
+#include "drtrain/io/checkpoint_writer.hpp"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+#include "checkpoint_schema.hpp"
+#include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/progress.hpp"
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+#include "hdf5.hpp"
+
+// write_parts stores native floats into H5T_IEEE_F32LE datasets byte for byte.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint_writer assumes a little-endian host");
+
+namespace drt::io {
+namespace {
+
+constexpr std::size_t kWritePiece = std::size_t{1} << 20;  // bytes per pwrite
+
+// H5Fclose with its result checked (the metadata is written out here).
+void close_file(H5Id& file, const std::string& path) {
+  if (H5Fclose(file.release()) < 0) throw Error(str("closing ", path, ": ", hdf5_error_stack()));
+}
+
+// PS 0: the file with every group, every dataset allocated and the metadata but the checksum;
+// returns each dataset's byte offset, in schema::dataset_paths order.
+std::vector<std::uint64_t> create_file(const std::string& path, const CheckpointMeta& meta, const ParamLayout& layout,
+                                       const std::vector<std::string>& slot_names) {
+  const hid_t raw = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (raw < 0) throw Error(str("creating ", path, ": ", hdf5_error_stack()));
+  std::vector<std::uint64_t> offsets;
+  {
+    H5Id file(raw);
+    // Groups track creation order, so h5ls and drtrain-ckpt list tensors in model order.
+    H5Id gcpl(DRT_H5_CHECK(H5Pcreate(H5P_GROUP_CREATE), "H5Pcreate"));
+    DRT_H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED),
+                 "H5Pset_link_creation_order");
+    auto make_group = [&](const std::string& name) {
+      H5Id(DRT_H5_CHECK(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT), "creating " + name));
+    };
+    make_group(schema::kParams);
+    make_group(schema::kOptimizer);
+    for (const auto& slot : slot_names) make_group(std::string(schema::kOptimizer) + "/" + slot);
+    // Contiguous and allocated now, so that each dataset is one byte range whose offset HDF5
+    // can tell; never filled, since every byte is written by some PS.
+    H5Id dcpl(DRT_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate"));
+    DRT_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS), "H5Pset_layout");
+    DRT_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+    DRT_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+    const std::vector<std::string> paths = schema::dataset_paths(layout, slot_names);
+    const std::size_t tensors = layout.tensors().size();
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      const std::vector<hsize_t> d = schema::dims(layout.tensors()[i % tensors].shape);
+      H5Id space(DRT_H5_CHECK(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), "H5Screate_simple"));
+      H5Id dset(DRT_H5_CHECK(H5Dcreate2(file, paths[i].c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                             "creating " + paths[i]));
+      const haddr_t at = H5Dget_offset(dset);
+      if (at == HADDR_UNDEF) throw Error(str("creating ", path, ": HDF5 allocated no space for ", paths[i]));
+      offsets.push_back(static_cast<std::uint64_t>(at));
+    }
+    schema::write_meta(file, meta);
+    close_file(file, path);
+  }
+  return offsets;
+}
+
+void write_fully(int fd, const char* data, std::size_t bytes, std::uint64_t at, const std::string& path) {
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, data, bytes, static_cast<off_t>(at));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(str("writing ", path, ": ", n < 0 ? std::strerror(errno) : "no progress (disk full?)"));
+    data += n, bytes -= static_cast<std::size_t>(n), at += static_cast<std::uint64_t>(n);
+  }
+}
+
+}  // namespace
+
+std::size_t CheckpointParts::bytes() const {
+  std::size_t n = 0;
+  for (const Part& p : parts) n += p.count * sizeof(float);
+  return n;
+}
+
+CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointMeta meta,
+                                  const ParamLayout& layout, const std::vector<std::string>& slot_names,
+                                  std::size_t shard_begin, std::size_t shard_end) {
+  quiet_hdf5_errors();
+  const std::size_t datasets = layout.tensors().size() * (1 + slot_names.size());
+  std::vector<std::uint64_t> offsets(datasets, 0);
+  std::exception_ptr error;
+  if (ps.rank() == 0) {
+    try {
+      meta.created = schema::utc_now();
+      offsets = create_file(path, meta, layout, slot_names);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  schema::agree(ps, error);
+  DRT_MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(datasets), MPI_UINT64_T, 0, ps.get()));
+  CheckpointParts out;
+  out.path = path;
+  const std::size_t tensors = layout.tensors().size();
+  schema::for_each_part(layout, slot_names, shard_begin, shard_end,
+                        [&](std::size_t k, const std::string& dataset, const TensorSpec& t, std::size_t lo, std::size_t hi) {
+                          const std::size_t index = k * tensors + static_cast<std::size_t>(&t - layout.tensors().data());
+                          out.parts.push_back({dataset, k, t.offset + lo - shard_begin, lo, hi - lo,
+                                               offsets[index] + lo * sizeof(float)});
+                        });
+  return out;
+}
+
+std::uint64_t write_parts(const CheckpointParts& parts, const ShardView& shard,
+                          const std::function<void(std::size_t)>& after_piece) {
+  const int fd = ::open(parts.path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(str("opening ", parts.path, " to write this PS's part: ", std::strerror(errno)));
+  std::uint64_t sum = 0;
+  std::size_t written = 0;
+  try {
+    for (const CheckpointParts::Part& p : parts.parts) {
+      const float* data = (p.array == 0 ? shard.params : shard.slots[p.array - 1]) + p.shard_offset;
+      constexpr std::size_t kPieceElements = kWritePiece / sizeof(float);
+      for (std::size_t a = 0; a < p.count; a += kPieceElements) {
+        const std::size_t n = std::min(kPieceElements, p.count - a);
+        write_fully(fd, reinterpret_cast<const char*>(data + a), n * sizeof(float), p.file_offset + a * sizeof(float),
+                    parts.path);
+        sum += checksum_part(p.dataset, p.first + a, data + a, n);  // the piece is still in cache
+        written += n * sizeof(float);
+        if (after_piece) after_piece(written);
+      }
+    }
+    if (::fsync(fd) != 0) throw Error(str("fsync of ", parts.path, ": ", std::strerror(errno)));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw Error(str("closing ", parts.path, ": ", std::strerror(errno)));
+  return sum;
+}
+
+void complete_checkpoint(const std::string& path, std::uint64_t checksum) {
+  quiet_hdf5_errors();
+  const hid_t raw = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  if (raw < 0) throw Error(str("opening ", path, " to complete it: ", hdf5_error_stack()));
+  H5Id file(raw);
+  schema::write_completion(file, checksum);
+  close_file(file, path);
+}
+
+void write_checkpoint(const comm::Comm& ps, const std::string& path, const CheckpointMeta& meta,
+                      const ParamLayout& layout, const std::vector<std::string>& slot_names, const ShardView& shard,
+                      const std::function<void()>& after_data) {
+  const CheckpointParts parts = create_checkpoint(ps, path, meta, layout, slot_names, shard.begin, shard.end);
+  std::exception_ptr error;
+  std::uint64_t sum = 0;
+  try {
+    // A turn of MPI progress after every piece: the workers keep pushing the next step towards
+    // this PS while it writes, and on some RMA paths their flushes need this rank in MPI.
+    sum = write_parts(parts, shard, [](std::size_t) { comm::progress(); });
+  } catch (...) {
+    error = std::current_exception();
+  }
+  schema::agree(ps, error);
+  if (after_data) after_data();
+  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, ps.get()));
+  if (ps.rank() == 0) {
+    try {
+      complete_checkpoint(path, sum);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  schema::agree(ps, error);
+}
+
+}  // namespace drt::io
