@@ -168,12 +168,26 @@ void Checkpointer::after_step(std::int64_t step) {
   const TrainConfig& c = job_.config;
   if (c.checkpoint_dir.empty()) return;
   advance();
+  const bool lead = job_.topo.role_index() == 0;
   bool due = c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0;
-  if (c.checkpoint_secs > 0) {
-    // PS 0's clock decides, so that every PS saves at the same step.
-    int by_time = job_.topo.role_index() == 0 && now_seconds() - last_time_ >= c.checkpoint_secs;
-    DRT_MPI_CHECK(MPI_Bcast(&by_time, 1, MPI_INT, 0, job_.topo.role_comm().get()));
-    due = due || by_time;
+  if (c.checkpoint_secs > 0 || (due && c.checkpoint_async)) {
+    // PS 0 decides, so that every PS saves at the same step: by its clock for --checkpoint-secs,
+    // and whether the previous background save is done (when PS 0 has seen it complete, every
+    // PS has written its part). A save due while the previous one is still being written is
+    // skipped: training never waits for the file system.
+    enum Verdict : int { kNone, kSave, kSkip };
+    int verdict = kNone;
+    if (lead && (due || (c.checkpoint_secs > 0 && now_seconds() - last_time_ >= c.checkpoint_secs)))
+      verdict = c.checkpoint_async && in_flight_ ? kSkip : kSave;
+    DRT_MPI_CHECK(MPI_Bcast(&verdict, 1, MPI_INT, 0, job_.topo.role_comm().get()));
+    if (verdict == kSkip) {
+      if (lead && skipped_++ == 0)
+        log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ",
+                    in_flight_->updates, " is still being written in the background (checkpoints are due faster "
+                    "than the file system writes them: raise --checkpoint-every or --checkpoint-secs)");
+      return;
+    }
+    due = verdict == kSave;
   }
   if (!due) return;
   if (c.checkpoint_async)
@@ -185,6 +199,8 @@ void Checkpointer::after_step(std::int64_t step) {
 void Checkpointer::finish(std::int64_t step) {
   if (job_.config.checkpoint_dir.empty()) return;
   wait_in_flight();
+  if (skipped_ > 0)
+    log_info(skipped_, " checkpoint(s) skipped in all because the previous one was still being written");
   if (step == last_saved_) return;
   if (io::checkpoint_path(job_.config.checkpoint_dir, updates_at(step)) == resumed_from_) return;  // nothing new
   save_now(step);
@@ -244,18 +260,9 @@ void Checkpointer::save_now(std::int64_t step) {
 
 void Checkpointer::start_async(std::int64_t step) {
   const double t0 = now_seconds();
-  const bool lead = job_.topo.role_index() == 0;
-  if (in_flight_) {
-    const std::int64_t previous = in_flight_->updates;
-    wait_in_flight();
-    const double waited = now_seconds() - t0;
-    if (lead && !warned_backlog_ && waited > 0.1) {
-      warned_backlog_ = true;
-      log_warning("the checkpoint after ", updates_at(step), " updates waited ", waited, " s for the one after ",
-                  previous, " to be written: checkpoints are due faster than the file system takes them, and "
-                  "training pauses meanwhile (raise --checkpoint-every or --checkpoint-secs)");
-    }
-  }
+  // PS 0 has seen the previous save complete (after_step), so every part of it is written and
+  // this PS's reduction is complete or about to be.
+  wait_in_flight();
   comm::Watchdog::beat("checkpoint");
   const std::string& dir = job_.config.checkpoint_dir;
   auto f = std::make_unique<InFlight>();
@@ -268,7 +275,11 @@ void Checkpointer::start_async(std::int64_t step) {
   const ps::ShardRange range = server_.range();
   io::CheckpointParts parts = io::create_checkpoint(job_.topo.role_comm(), f->temp, meta(step), job_.spec.layout(),
                                                     server_.optimizer().slot_names(), range.begin, range.end);
-  writer_.start(std::move(parts), live_view());  // the snapshot: the serve loop may change the shard from here on
+  // Test-only (core/test_faults.hpp): a slow file system; a full one on the last PS.
+  SnapshotWriter::Faults faults;
+  if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 3.0;
+  faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
+  writer_.start(std::move(parts), live_view(), faults);  // the snapshot: the serve loop may change the shard from here on
   in_flight_ = std::move(f);
   last_saved_ = step;
   last_time_ = now_seconds();
@@ -304,10 +315,11 @@ bool Checkpointer::advance() {
 void Checkpointer::complete_in_flight() {
   const InFlight& f = *in_flight_;
   if (f.sums[1] > 0)
-    throw Error(f.error.empty()
-                    ? str("checkpoint ", f.final_path, ": ", f.sums[1], " other PS could not write their part (their "
-                          "messages say why)")
-                    : str("checkpoint ", f.final_path, ": ", f.error));
+    throw Error(str("checkpoint ", f.final_path, ": ",
+                    f.error.empty() ? str(f.sums[1], " other PS could not write their part (their messages say why)")
+                                    : f.error,
+                    "; nothing was published: make room on the file system or pass another --checkpoint-dir, then "
+                    "--resume continues from the newest checkpoint there"));
   if (job_.topo.role_index() != 0) return;
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
   if (test_fault(str("checkpoint-write:", f.updates))) raise(SIGKILL);
@@ -321,11 +333,11 @@ void Checkpointer::wait_in_flight() {
   if (!in_flight_) return;
   // While this PS's own part is being written the writer's progress counts as progress; after
   // that, the other PS have --hang-timeout to finish theirs.
-  std::size_t seen = writer_.bytes_written();
+  std::size_t seen = writer_.progress();
   comm::PollWaiter waiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
   while (!advance()) {
-    if (!in_flight_->reducing && writer_.bytes_written() != seen) {
-      seen = writer_.bytes_written();
+    if (!in_flight_->reducing && writer_.progress() != seen) {
+      seen = writer_.progress();
       waiter = comm::PollWaiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
     }
     if (!waiter.pause())

@@ -11,7 +11,8 @@
 //                     while the serve loop goes on; once every PS's part is on disk (a
 //                     nonblocking all-reduce of the checksum terms, tested after each step)
 //                     PS 0 writes the checksum and publishes the file. One save at a time: a
-//                     save due while the previous one is still being written waits for it.
+//                     save due while the previous one is still being written is skipped
+//                     (PS 0 decides, with a warning), so training never waits for the disk.
 //                     The directory was made and checked at start-up, on every PS, with the
 //                     verdict shared by every rank (check_outputs() in trainer.cpp).
 #pragma once
@@ -101,7 +102,7 @@ class Checkpointer {
   std::int64_t last_saved_ = -1;
   double last_time_;
   double blocked_s_ = 0.0;
-  bool warned_backlog_ = false;
+  int skipped_ = 0;  // PS 0: saves skipped because the previous one was still being written
 };
 
 }  // namespace drt::train

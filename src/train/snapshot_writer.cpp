@@ -1,9 +1,11 @@
 #include "snapshot_writer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
 
 namespace drt::train {
 
@@ -11,7 +13,7 @@ SnapshotWriter::~SnapshotWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live) {
+void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live, Faults faults) {
   DRT_ASSERT(!running(), "a checkpoint snapshot is still being written");
   const std::size_t n = live.end - live.begin;
   if (params_.size() != n || slots_.size() != live.slots.size()) {
@@ -24,12 +26,18 @@ void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live)
   io::ShardView copy{live.begin, live.end, params_.data(), {}};
   for (auto& s : slots_) copy.slots.push_back(s.data());
   finished_.store(false, std::memory_order_relaxed);
-  written_.store(0, std::memory_order_relaxed);
+  progress_.store(0, std::memory_order_relaxed);
   sum_ = 0;
   error_ = nullptr;
-  thread_ = std::thread([this, parts = std::move(parts), copy = std::move(copy)] {
+  thread_ = std::thread([this, parts = std::move(parts), copy = std::move(copy), faults] {
+    const auto bump = [this](std::size_t) { progress_.fetch_add(1, std::memory_order_relaxed); };
+    for (double slept = 0; slept < faults.delay_s; slept += 0.05) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      bump(0);
+    }
     try {
-      sum_ = io::write_parts(parts, copy, [this](std::size_t bytes) { written_.store(bytes, std::memory_order_relaxed); });
+      if (faults.fail) throw Error(str("writing ", parts.path, ": No space left on device (test fault)"));
+      sum_ = io::write_parts(parts, copy, bump);
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -28,12 +28,16 @@ class SnapshotWriter {
 
   // Copies `live` (the parameters and every slot of the shard) and starts writing the copy to
   // `parts`. Not while a write is running.
-  void start(io::CheckpointParts parts, const io::ShardView& live);
+  struct Faults {       // tests only (core/test_faults.hpp)
+    double delay_s = 0;  // a slow file system: the thread first spends this long in small steps
+    bool fail = false;   // a full one: the write fails
+  };
+  void start(io::CheckpointParts parts, const io::ShardView& live, Faults faults);
   bool running() const { return thread_.joinable(); }
   // The thread has returned: take() will not block. Any thread.
   bool finished() const { return finished_.load(std::memory_order_acquire); }
-  // Bytes written so far by the running write (progress; any thread).
-  std::size_t bytes_written() const { return written_.load(std::memory_order_relaxed); }
+  // Grows while the running write makes progress (pieces written; any thread).
+  std::size_t progress() const { return progress_.load(std::memory_order_relaxed); }
   // Waits for the write; returns this PS's checksum term, or rethrows the write's error.
   std::uint64_t take();
   // Memory held for snapshots.
@@ -44,7 +48,7 @@ class SnapshotWriter {
   std::vector<AlignedBuffer<float>> slots_;
   std::thread thread_;
   std::atomic<bool> finished_{false};
-  std::atomic<std::size_t> written_{0};
+  std::atomic<std::size_t> progress_{0};
   std::uint64_t sum_ = 0;        // written by the thread before finished_, read after the join
   std::exception_ptr error_;     // likewise
 };

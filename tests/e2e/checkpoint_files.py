@@ -15,6 +15,12 @@ CASE:
             --overlap, the PS) and from outside at a random moment: every rank stops after the
             same step, the PS save, every rank exits 75, and --resume then ends bitwise where an
             uninterrupted run ends
+  slow      a background checkpoint slower than --hang-timeout (every PS's write sleeps 3 s first):
+            training goes on, saves due meanwhile are skipped with a warning, the job ends normally,
+            and every checkpoint is bitwise the one a run with --checkpoint-async false writes
+  full      a background write that fails on one of 2 PS (disk full): the job ends at once with an
+            error naming the checkpoint, nothing half-written is published, --resume continues
+            from the previous checkpoint
   kill      kill -9 of a random rank at a random moment (training, checkpoint writes, start-up,
             the end), then --resume, again and again until a run completes: the final
             checkpoint is bitwise that of an uninterrupted --deterministic run (--trials N;
@@ -253,6 +259,54 @@ class Case:
         _, out = self.drtrain(3, *small, "--max-steps", str(steps + 5), "--checkpoint-dir", d, "--resume")
         expect(out, f"after {steps} updates: step {steps + 1} of {steps + 5}", "external: resume")
 
+    def slow(self):
+        base = os.path.join(self.a.work, "slow")
+        shutil.rmtree(base, ignore_errors=True)
+        args = ["--dataset", "synthetic", "--model", "mlp:784-256-256-10", "--deterministic", "--optimizer", "adam",
+                "--lr", "0.001", "--epochs", "100", "--max-steps", "3000", "--checkpoint-every", "100", "--keep", "100",
+                "--hang-timeout", "2", "--threads", "1"]
+        ref = os.path.join(base, "sync")
+        self.drtrain(3, *args, "--checkpoint-dir", ref, "--checkpoint-async", "false")
+        d = os.path.join(base, "async")
+        t0 = time.time()
+        _, out = self.drtrain(3, *args, "--checkpoint-dir", d, env=dict(os.environ, DRT_TEST_FAULT="checkpoint-slow:100"))
+        duration = time.time() - t0
+        m = re.search(r"ckpt-00000100\.h5: [0-9.]+ [KMG]iB in ([0-9.]+) s in the background", out)
+        if not m or float(m.group(1)) < 3.0:
+            print(out)
+            raise SystemExit("FAIL: slow: no background write of the checkpoint after 100 updates that took >= 3 s")
+        expect(out, "skipped the checkpoint after 200 updates: the one after 100 is still being written", "slow")
+        kept = sorted(f for f in os.listdir(d) if f.startswith("ckpt-"))
+        # Training went on past the slow save: later saves happened before the last step.
+        later = [f for f in kept if "ckpt-00000100.h5" < f < "ckpt-00003000.h5"]
+        if "ckpt-00000100.h5" not in kept or "ckpt-00000200.h5" in kept or "ckpt-00003000.h5" not in kept or not later:
+            print(out)
+            raise SystemExit(f"FAIL: slow: the background run kept {kept}")
+        for f in kept:  # exit 1 on any difference
+            run([self.tool, "diff", os.path.join(d, f), os.path.join(ref, f)])
+        print(f"slow: {len(kept)} checkpoints bitwise equal to the synchronous run's; the run took {duration:.1f} s "
+              f"with a {m.group(1)} s save and --hang-timeout 2")
+
+    def full(self):
+        d = os.path.join(self.a.work, "full")
+        shutil.rmtree(d, ignore_errors=True)
+        cmd = self.a.mpiexec.split() + ["-n", "4", os.path.join(self.a.bin, "drtrain"), "--num-ps", "2", "--log-every",
+                                        "1000", "--eval", "false", "--max-steps", "60", "--checkpoint-dir", d,
+                                        "--checkpoint-every", "20"]
+        code, out = run(cmd, expect_ok=False, env=dict(os.environ, DRT_TEST_FAULT="checkpoint-full:40"))
+        if not re.search(r"error.*ckpt-00000040\.h5: .*(No space left on device|could not write their part)", out):
+            print(out)
+            raise SystemExit("FAIL: full: no error naming the checkpoint whose write failed")
+        files = sorted(os.listdir(d))
+        if "ckpt-00000020.h5" not in files or any(f.startswith("ckpt-") and f != "ckpt-00000020.h5" for f in files):
+            raise SystemExit(f"FAIL: full: after the failed write the directory holds {files}")
+        run([self.tool, "verify", os.path.join(d, "ckpt-00000020.h5")])
+        _, out = run(cmd + ["--resume"])
+        expect(out, f"resuming from {d}/ckpt-00000020.h5 after 20 updates: step 21", "full: --resume")
+        run([self.tool, "verify", os.path.join(d, "ckpt-00000060.h5")])
+        if [f for f in os.listdir(d) if f.endswith(".tmp")]:
+            raise SystemExit(f"FAIL: full: temporary files left: {sorted(os.listdir(d))}")
+
     def drtrain_ranks(self, marker):
         """PIDs of the drtrain processes whose command line holds `marker`."""
         ranks = []
@@ -323,7 +377,7 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--trials", type=int, default=2, help="kill: trials (each killed and resumed until done)")
     p.add_argument("--seed", type=int, default=None, help="kill: the random seed (default: a fresh one, printed)")
-    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "kill"])
+    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "slow", "full", "kill"])
     a = p.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1 << 30)
