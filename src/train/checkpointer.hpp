@@ -29,7 +29,7 @@
 #include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/ps/server.hpp"
 #include "job.hpp"
-#include "snapshot_writer.hpp"
+#include "drtrain/train/snapshot_writer.hpp"
 
 namespace drt::train {
 

@@ -1,4 +1,4 @@
-// SnapshotWriter (PS only, internal): this PS's part of a checkpoint written by a thread of its
+// SnapshotWriter (PS only): this PS's part of a checkpoint written by a thread of its
 // own while the serve loop goes on (--checkpoint-async, train/checkpointer). start() copies the
 // shard's parameters and optimizer slots -- the snapshot, taken at a step boundary, before the
 // next apply changes them -- into buffers kept from save to save, then a thread writes the copy
