@@ -280,9 +280,10 @@ void Checkpointer::start_async(std::int64_t step) {
   if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 3.0;
   faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
   writer_.start(std::move(parts), live_view(), faults);  // the snapshot: the serve loop may change the shard from here on
-  in_flight_ = std::move(f);
   last_saved_ = step;
   last_time_ = now_seconds();
+  f->paused_s = last_time_ - t0;
+  in_flight_ = std::move(f);
   blocked_s_ += last_time_ - t0;
   job_.timeline->span("checkpoint snapshot", t0, last_time_, step);
 }
@@ -326,7 +327,8 @@ void Checkpointer::complete_in_flight() {
   io::complete_checkpoint(f.temp, f.sums[0]);
   const double dt = now_seconds() - f.started, bytes = static_cast<double>(f.bytes);
   publish(f.temp, f.final_path, bytes,
-          str("in ", dt, " s in the background (", human_bytes(bytes / dt), "/s, snapshot of step ", f.step, ")"));
+          str("in ", dt, " s in the background (", human_bytes(bytes / dt), "/s; training paused ",
+              static_cast<int>(1e3 * f.paused_s + 0.5), " ms for the snapshot of step ", f.step, ")"));
 }
 
 void Checkpointer::wait_in_flight() {

@@ -73,6 +73,7 @@ class Checkpointer {
     std::int64_t step = 0, updates = 0;
     std::string temp, final_path;
     double started = 0.0;          // now_seconds() at the step boundary
+    double paused_s = 0.0;         // how long the serve loop stopped for the snapshot and the file
     std::size_t bytes = 0;         // of the whole checkpoint
     bool reducing = false;         // this PS's part is written; the completion reduction is posted
     std::uint64_t sums[2] = {0, 0};  // this PS's checksum term and failed parts, then every PS's
