@@ -175,7 +175,8 @@ optim::OptimizerConfig plain_sgd() {
 // The exact parameters after one SGD step (lr 1) from zero, with gradient (w + 1) * (1 + i % 5)
 // on worker w: the sum W(W+1)/2 * k is an integer, scaled by 1/W as the PS does.
 float expected_after_one_step(int workers, std::size_t i) {
-  const float sum = static_cast<float>(workers * (workers + 1) / 2 * static_cast<int>(1 + i % 5));
+  const int triangle = workers * (workers + 1) / 2;  // exact: W(W+1) is even
+  const float sum = static_cast<float>(triangle * static_cast<int>(1 + i % 5));
   return 0.0f - 1.0f * (sum * (1.0f / static_cast<float>(workers)));
 }
 
