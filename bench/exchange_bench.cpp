@@ -81,6 +81,8 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
   Options o;
   std::string sizes = "1,4,16,64,256", schemes = "passive,ordered,fence,passive-det,fence-det,passive-bf16";
   po::options_description bench("Benchmark");
+  // One option a line: clang-format would run the chained calls together.
+  // clang-format off
   bench.add_options()("help", "show this help")
       ("sizes-mib", po::value<std::string>(&sizes)->default_value(sizes), "gradient sizes, MiB, comma-separated")
       ("schemes", po::value<std::string>(&schemes)->default_value(schemes), "exchange variants to time")
@@ -92,6 +94,7 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
       ("spinning-bystanders", po::bool_switch(&o.spinning_bystanders),
        "during the allreduce, PS ranks wait in a spinning MPI_Barrier instead of sleeping (shows how "
        "idle ranks that spin slow the allreduce down on an oversubscribed node; not a fair baseline)");
+  // clang-format on
   po::options_description all("drt_bench_exchange: time the PS exchange against memcpy and MPI_Allreduce");
   all.add(bench).add(train::layout_options(o.layout)).add(train::exchange_options(o.exchange));
   const auto vm = train::parse_command_line(argc, argv, all);
@@ -175,7 +178,8 @@ optim::OptimizerConfig plain_sgd() {
 // The exact parameters after one SGD step (lr 1) from zero, with gradient (w + 1) * (1 + i % 5)
 // on worker w: the sum W(W+1)/2 * k is an integer, scaled by 1/W as the PS does.
 float expected_after_one_step(int workers, std::size_t i) {
-  const float sum = static_cast<float>(workers * (workers + 1) / 2 * static_cast<int>(1 + i % 5));
+  const int triangle = workers * (workers + 1) / 2;  // exact: W(W+1) is even
+  const float sum = static_cast<float>(triangle * static_cast<int>(1 + i % 5));
   return 0.0f - 1.0f * (sum * (1.0f / static_cast<float>(workers)));
 }
 

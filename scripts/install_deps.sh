@@ -14,6 +14,7 @@ packages=(
   libdnnl-dev                         # oneDNN: CPU convolutions
   libgtest-dev                        # tests
   clang libclang-rt-14-dev            # libFuzzer targets (fuzz/, scripts/fuzz_check.sh)
+  clang-tidy clang-format             # scripts/lint_check.sh: bug-finding checks and the format check
   zlib1g-dev                          # gzip'd IDX files
   python3 python3-h5py python3-numpy  # checkpoint tests read files with h5py
   python3-matplotlib                  # scripts/plot_metrics.py

@@ -33,6 +33,7 @@ int usage(const char* why) {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::vector<std::string> parts;
+  parts.reserve(shape.size());
   for (auto d : shape) parts.push_back(std::to_string(d));
   return "[" + drt::join(parts, ", ") + "]";
 }
@@ -119,7 +120,7 @@ int verify(const CheckpointFile& f) {
     for (const auto& [name, shape] : shapes) {
       const std::string path = group + name;
       if (std::find(params.begin(), params.end(), path) == params.end() || f.read(path).shape != shape)
-        throw drt::io::CheckpointError(path + " is missing or has another shape than /params/" + name);
+        throw drt::io::CheckpointError(drt::str(path, " is missing or has another shape than /params/", name));
     }
     for (const auto& d : params)  // and the other way round
       if (d.rfind(group, 0) == 0 && !shapes.count(d.substr(group.size())))
@@ -145,7 +146,7 @@ int export_state_dict(const CheckpointFile& f, const std::string& out) {
     H5Sclose(space);
     if (rc < 0) {
       H5Fclose(file);
-      throw drt::Error("cannot write " + d + " to " + out);
+      throw drt::Error(drt::str("cannot write ", d, " to ", out));
     }
   }
   const std::string model = f.meta().model;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "drtrain/core/error.hpp"
+
 extern "C" char* openblas_get_corename();
 
 namespace drt::backend {
@@ -32,12 +34,13 @@ void ensure_blas_kernels(char** argv) {
   if (allow && std::strcmp(allow, "0") == 0) return;
   const std::string core = better_blas_core();
   if (core.empty()) return;
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): first thing main does, no thread yet
   execv("/proc/self/exe", argv);
+  const int err = errno;
   std::fprintf(stderr, "drtrain: warning: OpenBLAS chose %s kernels on a CPU that runs %s ones; re-executing with "
                        "OPENBLAS_CORETYPE=%s failed (%s), so GEMMs run several times slower. Export "
                        "OPENBLAS_CORETYPE=%s before starting drtrain.\n",
-               blas_core_name().c_str(), core.c_str(), core.c_str(), std::strerror(errno), core.c_str());
+               blas_core_name().c_str(), core.c_str(), core.c_str(), errno_text(err).c_str(), core.c_str());
 }
 
 }  // namespace drt::backend

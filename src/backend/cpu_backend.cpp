@@ -194,11 +194,12 @@ class CpuBackend final : public Backend {
           float* o = out + static_cast<std::size_t>(r) * ow;
           std::int32_t* a = arg + static_cast<std::size_t>(r) * ow;
           for (int c = 0; c < ow; ++c) {
-            const float t0 = top[2 * c], t1 = top[2 * c + 1], b0 = bottom[2 * c], b1 = bottom[2 * c + 1];
+            const int left = 2 * c;  // the window's left column
+            const float t0 = top[left], t1 = top[left + 1], b0 = bottom[left], b1 = bottom[left + 1];
             const bool right_top = t1 > t0, right_bottom = b1 > b0;
             const float upper = right_top ? t1 : t0, lower = right_bottom ? b1 : b0;
-            const std::int32_t upper_at = 2 * c + (right_top ? 1 : 0);
-            const std::int32_t lower_at = w + 2 * c + (right_bottom ? 1 : 0);
+            const std::int32_t upper_at = left + (right_top ? 1 : 0);
+            const std::int32_t lower_at = w + left + (right_bottom ? 1 : 0);
             const bool take_lower = lower > upper;
             o[c] = take_lower ? lower : upper;
             a[c] = row + (take_lower ? lower_at : upper_at);

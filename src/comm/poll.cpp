@@ -119,12 +119,10 @@ std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int ro
     return &requests.back();
   };
   if (is_root) {
+    parts[static_cast<std::size_t>(root)] = std::move(send);
     for (int r = 0; r < comm.size(); ++r) {
+      if (r == root) continue;
       std::string& part = parts[static_cast<std::size_t>(r)];
-      if (r == root) {
-        part = std::move(send);
-        continue;
-      }
       part.resize(static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)]));
       for_each_piece(part.data(), part.size(), piece_bytes, [&](char* at, int count) {
         DRT_MPI_CHECK(MPI_Irecv(at, count, MPI_CHAR, r, kGatherBytesTag, comm.get(), post(r)));

@@ -15,6 +15,7 @@ namespace {
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::vector<std::string> parts;
+  parts.reserve(ranks.size());
   for (int r : ranks) parts.push_back(std::to_string(r));
   return "[" + join(parts, " ") + "]";
 }
@@ -29,6 +30,7 @@ std::vector<int> gather_node_indices(const Comm& world, const Comm& node) {
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   std::vector<int> node_of_rank;
+  node_of_rank.reserve(leaders.size());
   for (int l : leaders)
     node_of_rank.push_back(
         static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), l) - distinct.begin()));

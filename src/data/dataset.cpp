@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <random>
@@ -40,7 +39,7 @@ class IdxReader {
     file_ = gzopen(path.c_str(), "rb");
     if (!file_) {
       const int err = errno;
-      std::string why = err ? std::strerror(err) : "out of memory";
+      std::string why = err ? errno_text(err) : "out of memory";
       if (err == ENOENT || err == ENOTDIR)
         why += "; install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or "
                "pass --data-dir DIR";
@@ -67,7 +66,7 @@ class IdxReader {
         const int err = errno;  // before gzerror can touch it
         int code = Z_OK;
         const char* message = gzerror(file_, &code);
-        if (code == Z_ERRNO) fail(str("read error: ", std::strerror(err)));
+        if (code == Z_ERRNO) fail(str("read error: ", errno_text(err)));
         std::string why = message ? message : "unknown zlib error";
         // zlib prefixes its message with the path it was given; ours already names the file.
         if (why.compare(0, path_.size() + 2, path_ + ": ") == 0) why.erase(0, path_.size() + 2);
@@ -106,7 +105,8 @@ class IdxReader {
     if (got < header_size)
       fail(str("truncated: the file ends after ", got, " bytes, inside the ", header_size, "-byte IDX header"));
     std::vector<std::uint32_t> values;
-    for (int d = 0; d < dims; ++d) values.push_back(big_endian(bytes + 4 * (d + 1)));
+    values.reserve(static_cast<std::size_t>(dims));
+    for (int d = 0; d < dims; ++d) values.push_back(big_endian(bytes + 4 * static_cast<std::size_t>(d + 1)));
     return values;
   }
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 
 #include "drtrain/core/error.hpp"
@@ -29,11 +28,11 @@ namespace {
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) throw Error(str("cannot open ", path, " to sync it: ", std::strerror(errno)));
+  if (fd < 0) throw Error(str("cannot open ", path, " to sync it: ", errno_text(errno)));
   const int rc = ::fsync(fd);
   const int saved = errno;
   ::close(fd);
-  if (rc != 0) throw Error(str("fsync of ", path, " failed: ", std::strerror(saved)));
+  if (rc != 0) throw Error(str("fsync of ", path, " failed: ", errno_text(saved)));
 }
 
 }  // namespace
@@ -56,7 +55,7 @@ void prepare_checkpoint_dir(const std::string& dir) {
   if (!fs::is_directory(dir)) throw ConfigError(str("--checkpoint-dir ", dir, ": not a directory and cannot be created",
                                                     ec ? ": " + ec.message() : std::string()));
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    throw ConfigError(str("--checkpoint-dir ", dir, ": not writable: ", std::strerror(errno)));
+    throw ConfigError(str("--checkpoint-dir ", dir, ": not writable: ", errno_text(errno)));
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {
@@ -68,6 +67,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> out;
+  out.reserve(found.size());
   for (auto& f : found) out.push_back(std::move(f.second));
   return out;
 }
@@ -75,7 +75,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 void publish_checkpoint(const std::string& temp, const std::string& final_path) {
   fsync_path(temp, false);
   if (std::rename(temp.c_str(), final_path.c_str()) != 0)
-    throw Error(str("cannot rename ", temp, " to ", final_path, ": ", std::strerror(errno)));
+    throw Error(str("cannot rename ", temp, " to ", final_path, ": ", errno_text(errno)));
   fsync_path(fs::path(final_path).parent_path().string().empty() ? "." : fs::path(final_path).parent_path().string(),
              true);
 }

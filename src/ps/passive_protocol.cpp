@@ -384,6 +384,7 @@ class PassiveServer final : public ServerProtocol, PassiveBase {
     sync_local_memory();
     const ShardLayout& layout = window_.layout(topo_.role_index());
     std::vector<MPI_Aint> words;
+    words.reserve(blocks.size());
     for (int b : blocks) words.push_back(layout.version_word(b));
     control_.write(topo_.role_index(), words, version);
   }

@@ -1,7 +1,6 @@
 #include "reporter.hpp"
 
 #include <cerrno>
-#include <cstring>
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -12,7 +11,7 @@ Reporter::Reporter(bool active, const std::string& metrics_path) : active_(activ
   if (!active_ || metrics_path.empty()) return;
   metrics_ = std::fopen(metrics_path.c_str(), "w");
   if (!metrics_)
-    throw Error(str(rank_tag(), ": --metrics ", metrics_path, ": cannot open for writing: ", std::strerror(errno)));
+    throw Error(str(rank_tag(), ": --metrics ", metrics_path, ": cannot open for writing: ", errno_text(errno)));
 }
 
 Reporter::~Reporter() {

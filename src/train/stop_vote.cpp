@@ -52,7 +52,7 @@ void StopVote::complete_front() {
     std::lock_guard<std::mutex> lock(mutex_);
     verdicts_[p.step] = p.value;
     // Keep the last few: a reader asks for steps at most kLag behind the newest vote.
-    while (verdicts_.size() > 4 * kLag) verdicts_.erase(verdicts_.begin());
+    while (verdicts_.size() > std::size_t{4} * kLag) verdicts_.erase(verdicts_.begin());
   }
   largest_ = std::max(largest_, p.value);
   pending_.pop_front();

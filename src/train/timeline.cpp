@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <sstream>
 
 #include "drtrain/comm/mpi_check.hpp"
@@ -68,7 +67,7 @@ std::vector<double> clock_offsets(const comm::Comm& world, double timeout_s, int
 void Timeline::check_output(const std::string& path) {
   // Append mode: an existing file is left as it is until write() replaces it.
   std::FILE* out = std::fopen(path.c_str(), "a");
-  if (!out) throw ConfigError(str("--timeline ", path, ": cannot open for writing: ", std::strerror(errno)));
+  if (!out) throw ConfigError(str("--timeline ", path, ": cannot open for writing: ", errno_text(errno)));
   std::fclose(out);
 }
 

@@ -357,7 +357,9 @@ class WorkerLoop {
   Stragglers stragglers(const std::string& what) {
     std::vector<double> sorted = step_ms_;
     std::sort(sorted.begin(), sorted.end());
-    auto at = [&](double q) { return sorted.empty() ? 0.0 : sorted[static_cast<std::size_t>(q * (sorted.size() - 1))]; };
+    auto at = [&](double q) {
+      return sorted.empty() ? 0.0 : sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1))];
+    };
     const double mine[3] = {at(0.5), at(0.9), sorted.empty() ? 0.0 : sorted.back()};
     std::vector<double> all(3 * static_cast<std::size_t>(topo_.num_workers()));
     const ps::ExchangeConfig& x = job_.config.exchange;

@@ -132,7 +132,7 @@ TEST(Checkpoint, RoundTripIsBitwise) {
 }
 
 TEST(Checkpoint, ResumeEqualsUninterruptedBitwise) {
-  const int k = 6;
+  const std::int64_t k = 6;
   TrainConfig straight = base(num_ps_arg());
   straight.max_steps = 2 * k;
   straight.checkpoint_dir = shared_dir("straight");

@@ -122,6 +122,7 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
     for (auto& h : pushes) h.wait();
     exchange.finish_push();
     std::vector<PullHandle> pulls;
+    pulls.reserve(3);
     for (int k = 0; k < 3; ++k) pulls.push_back(exchange.pull(params.data() + cuts[k], cuts[k], cuts[k + 1] - cuts[k]));
     for (auto& h : pulls) h.wait();
   }

@@ -188,7 +188,7 @@ TEST(Timeline, KeepsTheFirstSpansAndCountsTheRest) {
     const std::string trace = take_file(path);
     std::size_t expected_spans = 0, expected_dropped = 0;
     for (int r = 0; r < topo.world_size(); ++r) {
-      const std::size_t n = static_cast<std::size_t>(2 + 3 * r);
+      const std::size_t n = 2 + 3 * static_cast<std::size_t>(r);
       expected_spans += std::min(n, cap);
       expected_dropped += n - std::min(n, cap);
     }

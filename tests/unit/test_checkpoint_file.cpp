@@ -46,7 +46,7 @@ void attr_str(hid_t file, const char* name, const std::string& v) {
 // shape (2^62 + 1) x 4 has an element count that wraps around 64 bits to 4 (chunked, never
 // written: HDF5 accepts it and reads fill values).
 std::string write_wrapping_checkpoint() {
-  const std::string path = ::testing::TempDir() + "drt-wrap-" + std::to_string(::getpid()) + ".h5";
+  std::string path = ::testing::TempDir() + "drt-wrap-" + std::to_string(::getpid()) + ".h5";
   const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   for (const char* name : {"format_version", "complete", "step", "epoch", "step_in_epoch", "samples_seen",
                            "global_batch", "num_ps", "num_workers", "towers"})

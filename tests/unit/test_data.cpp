@@ -233,7 +233,7 @@ class IdxFiles : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::vector<std::uint8_t>& bytes, bool gzip) {
-    const std::string path = (dir_ / name).string();
+    std::string path = (dir_ / name).string();
     if (gzip) {
       gzFile f = gzopen(path.c_str(), "wb");
       EXPECT_NE(f, nullptr);
@@ -278,7 +278,7 @@ TEST_F(IdxFiles, TruncatedImages) {
   }
   // A gzip file cut short (an interrupted download): the data ends early, and the message says
   // the compressed stream itself is incomplete.
-  std::vector<std::uint8_t> many(4000 * 12);
+  std::vector<std::uint8_t> many(std::size_t{4000} * 12);
   for (std::size_t i = 0; i < many.size(); ++i) many[i] = static_cast<std::uint8_t>(i * i % 251);
   const std::string full = write("full.gz", idx_bytes(0x803, {4000, 3, 4}, many), true);
   const auto cut_size = fs::file_size(full) / 2;
@@ -395,7 +395,7 @@ TEST_F(IdxFiles, MissingFile) {
 
 TEST_F(IdxFiles, CorruptGzipStream) {
   // Pixels from a simple generator: some structure (deflate uses Huffman codes) but not trivial.
-  std::vector<std::uint8_t> pixels(200 * 28 * 28);
+  std::vector<std::uint8_t> pixels(std::size_t{200} * 28 * 28);
   std::uint32_t x = 1;
   for (auto& p : pixels) {
     x = x * 1103515245u + 12345u;

@@ -186,7 +186,7 @@ void ref_conv(const ConvDims& d, const double* x, const double* p, double* y, in
   for (int s = 0; s < d.n; ++s)
     for (int o = o_begin; o < o_end; ++o) {
       double* plane = y + (static_cast<std::size_t>(s) * d.out + o) * oh * ow;
-      std::fill(plane, plane + oh * ow, bias[o]);
+      std::fill(plane, plane + static_cast<std::size_t>(oh) * ow, bias[o]);
       for (int c = 0; c < d.c; ++c)
         for (int i = 0; i < d.k; ++i)
           for (int j = 0; j < d.k; ++j) {
@@ -839,12 +839,12 @@ double ref_cross_entropy_sum(const Vec& logits, const Labels& labels, int classe
 TEST(CpuBackend, SoftmaxCrossEntropyMatchesReferenceAndFiniteDifferences) {
   const int rows = 6, classes = 7;
   const float grad_scale = 0.25f;
-  FVec logits = normal_floats(rows * classes, 81, 3.0);
+  FVec logits = normal_floats(static_cast<std::size_t>(rows) * classes, 81, 3.0);
   for (int j = 0; j < classes; ++j) logits[3 * classes + j] += 1000.0f;  // exp(1000) overflows a double
   Vec z = to_double(logits);
   Labels labels(rows);
   for (int r = 0; r < rows; ++r) {
-    const int best = ref_argmax(z.data() + r * classes, classes);
+    const int best = ref_argmax(z.data() + static_cast<std::size_t>(r) * classes, classes);
     labels[r] = r % 3 == 0 ? best : (best + 1 + r) % classes;  // rows 0 and 3 right, the others wrong
   }
   const RefLoss ref = ref_loss_sum(z, labels, classes);
@@ -984,7 +984,7 @@ TEST(Network, EmptyBatchZeroesGradientsAndRepeatedStepsOverwrite) {
   Network net(spec, *device, 3);
   const FVec params = network_params(spec, 9);
   DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(params.size(), 1.0f));
-  DeviceBuffer xb = upload(*device, uniform_floats(3 * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
+  DeviceBuffer xb = upload(*device, uniform_floats(std::size_t{3} * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
   net.bind(pb.floats(), gb.floats());
   const backend::LossSums none = net.train(xb.floats(), lb.ints(), 0, 1.0f);
   EXPECT_EQ(none.loss, 0.0);
@@ -1014,7 +1014,7 @@ TEST(Network, LayerHooksReportFinalGradientsLastLayerFirst) {
     const std::size_t n = spec.layout().total();
     const FVec params = network_params(spec, 9);
     DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(n, 7.0f));
-    DeviceBuffer xb = upload(*device, uniform_floats(3 * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
+    DeviceBuffer xb = upload(*device, uniform_floats(std::size_t{3} * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
     net.bind(pb.floats(), gb.floats());
     std::vector<std::pair<std::size_t, std::size_t>> forward, ready;
     FVec at_ready(n, -1.0f);

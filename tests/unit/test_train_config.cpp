@@ -18,6 +18,7 @@ namespace {
 std::optional<TrainConfig> parse(std::vector<std::string> args) {
   args.insert(args.begin(), "drtrain");
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (auto& a : args) argv.push_back(a.data());
   return parse_train_config(static_cast<int>(argv.size()), argv.data(), false);
 }
@@ -32,7 +33,7 @@ std::string error_of(std::vector<std::string> args) {
 }
 
 std::string write_file(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
+  std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << text;
   return path;
 }

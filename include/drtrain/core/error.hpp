@@ -32,6 +32,10 @@ void set_process_rank(int rank);
 // "rank 3" or "rank ?" when MPI is not initialised yet.
 std::string rank_tag();
 
+// The text std::strerror(err) gives ("No such file or directory"), from strerror_r: safe to call
+// from any thread, unlike std::strerror.
+std::string errno_text(int err);
+
 }  // namespace drt
 
 // Throws drt::Error with file:line when `cond` is false; for internal invariants.
