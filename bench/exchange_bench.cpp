@@ -112,7 +112,8 @@ std::optional<Options> parse(int argc, char** argv, bool print) {
     const auto& known = all_schemes();
     auto it = std::find_if(known.begin(), known.end(), [&](const Scheme& s) { return s.name == name; });
     if (it == known.end())
-      throw ConfigError(str("unknown --schemes entry '", name, "'; choices: passive, ordered, fence, passive-det, fence-det, passive-bf16"));
+      throw ConfigError(str("unknown --schemes entry '", name,
+                            "'; choices: passive, ordered, fence, passive-det, fence-det, passive-bf16"));
     o.schemes.push_back(*it);
   }
   if (o.iters < 1 || o.warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
@@ -199,7 +200,8 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
     const double cpu = process_cpu_seconds() - cpu0;
     if (o.phases) {
       const ps::ServerStats& st = server.stats();
-      std::fprintf(stderr, "    %-11s %3zu MiB %s: wait %.2f ms, apply %.2f ms, publish %.2f ms, cpu %.2f ms per step\n",
+      std::fprintf(stderr,
+                   "    %-11s %3zu MiB %s: wait %.2f ms, apply %.2f ms, publish %.2f ms, cpu %.2f ms per step\n",
                    scheme.name.c_str(), floats / 262144, topo.my_name().c_str(), 1e3 * st.wait_s / steps,
                    1e3 * st.apply_s / steps, 1e3 * st.publish_s / steps, 1e3 * cpu / steps);
     }
@@ -214,9 +216,10 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
   exchange.step(grad.data(), params.data());
   std::size_t bad = floats;
   for (std::size_t i = 0; i < floats && bad == floats; ++i)
-    if (params[i] != (scheme.wire == ps::Wire::kBf16 ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(
-                                                           expected_after_one_step(topo.num_workers(), i)))
-                                                     : expected_after_one_step(topo.num_workers(), i)))
+    if (params[i] !=
+        (scheme.wire == ps::Wire::kBf16
+             ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(expected_after_one_step(topo.num_workers(), i)))
+             : expected_after_one_step(topo.num_workers(), i)))
       bad = i;
   int ok = bad == floats;
   DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, topo.role_comm().get()));
@@ -250,7 +253,8 @@ double link_floor_ms(const comm::Topology& topo, std::size_t floats, double gbit
   std::vector<double> out(static_cast<std::size_t>(topo.num_nodes()), 0.0), in = out;
   for (int w : topo.worker_world_ranks())
     for (int p = 0; p < topo.num_ps(); ++p) {
-      const int wn = node[static_cast<std::size_t>(w)], pn = node[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
+      const int wn = node[static_cast<std::size_t>(w)],
+                pn = node[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
       if (wn == pn) continue;
       const double bytes = 4.0 * static_cast<double>(plan.shard(p).size());
       out[static_cast<std::size_t>(wn)] += bytes;  // push
@@ -295,14 +299,12 @@ Row measure_size(const comm::Topology& topo, const Options& o, std::size_t mib) 
   if (topo.is_worker()) {
     AlignedBuffer<float> buf(floats);
     row.allreduce_ms = 1e3 * time_steps(topo.role_comm(), o.warmup, o.iters, [&] {
-      DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(floats), MPI_FLOAT, MPI_SUM,
-                                  topo.role_comm().get()));
-    });
+                         DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(floats), MPI_FLOAT,
+                                                     MPI_SUM, topo.role_comm().get()));
+                       });
   }
-  if (o.spinning_bystanders)
-    world.barrier();
-  else
-    comm::sleepy_barrier(world, timeout, nap, "the allreduce measurement");
+  if (o.spinning_bystanders) world.barrier();
+  else comm::sleepy_barrier(world, timeout, nap, "the allreduce measurement");
   for (const Scheme& s : o.schemes) row.exchange_ms[s.name] = 1e3 * run_scheme(topo, o, s, floats);
   return row;
 }
@@ -324,8 +326,8 @@ void print_rows(const std::vector<Row>& rows, const Options& o, const comm::Topo
     std::printf("\n");
   }
   if (o.link_gbit > 0) {
-    std::printf("\nlinks at %g Gbit/s per node and direction:\n%8s %14s %14s %13s", o.link_gbit, "MiB",
-                "link floor ms", "ring floor ms", "allreduce");
+    std::printf("\nlinks at %g Gbit/s per node and direction:\n%8s %14s %14s %13s", o.link_gbit, "MiB", "link floor ms",
+                "ring floor ms", "allreduce");
     for (const auto& s : o.schemes) std::printf(" %22s", (s.name + " /allred /floor").c_str());
     std::printf("\n");
     for (const Row& r : rows) {
@@ -337,8 +339,8 @@ void print_rows(const std::vector<Row>& rows, const Options& o, const comm::Topo
     }
   }
   std::string json = str("{\"bench\":\"exchange\",\"ps\":", topo.num_ps(), ",\"workers\":", topo.num_workers(),
-                          ",\"nodes\":", topo.num_nodes(), ",\"iters\":", o.iters, ",\"chunk_kib\":",
-                          o.exchange.chunk_bytes_for(topo.num_nodes()) / 1024, ",\"rows\":[");
+                         ",\"nodes\":", topo.num_nodes(), ",\"iters\":", o.iters,
+                         ",\"chunk_kib\":", o.exchange.chunk_bytes_for(topo.num_nodes()) / 1024, ",\"rows\":[");
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const Row& r = rows[k];
     json += str(k ? "," : "", "{\"mib\":", r.mib, ",\"memcpy_ms\":", r.memcpy_ms, ",\"add_gbs\":", r.add_gbs,
@@ -351,8 +353,9 @@ void print_rows(const std::vector<Row>& rows, const Options& o, const comm::Topo
       bool first = true;
       for (const auto& s : o.schemes) {
         const double ms = r.exchange_ms.at(s.name);
-        const double v = std::string(what) == "exchange_ms" ? ms
-                         : std::string(what) == "vs_allreduce" ? ms / r.allreduce_ms : ms / r.floor_ms;
+        const double v = std::string(what) == "exchange_ms"    ? ms
+                         : std::string(what) == "vs_allreduce" ? ms / r.allreduce_ms
+                                                               : ms / r.floor_ms;
         json += str(first ? "" : ",", "\"", s.name, "\":", v);
         first = false;
       }
@@ -375,7 +378,8 @@ int bench_main(comm::MpiSession& session, int argc, char** argv) {
     const std::size_t largest = *std::max_element(o.sizes_mib.begin(), o.sizes_mib.end()) << 18;
     std::printf("at %zu MiB, plain SGD: %s\n", largest >> 18,
                 ps::describe_ps_memory(ps::ShardPlan::balanced(largest, topo.num_ps()), topo.num_workers(), o.exchange,
-                                       plain_sgd()).c_str());
+                                       plain_sgd())
+                    .c_str());
   }
   std::vector<Row> rows;
   for (std::size_t mib : o.sizes_mib) {
@@ -401,6 +405,4 @@ int bench_main(comm::MpiSession& session, int argc, char** argv) {
 }  // namespace
 }  // namespace drt
 
-int main(int argc, char** argv) {
-  return drt::comm::run_mpi_main(argc, argv, "drt_bench_exchange", drt::bench_main);
-}
+int main(int argc, char** argv) { return drt::comm::run_mpi_main(argc, argv, "drt_bench_exchange", drt::bench_main); }

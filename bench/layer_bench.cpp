@@ -35,7 +35,8 @@ Row time_layer(drt::backend::Backend& device, drt::nn::Layer& layer, const drt::
   }
   auto x = device.allocate_floats(in.size()), y = device.allocate_floats(out.size());
   auto dy = device.allocate_floats(out.size()), dx = device.allocate_floats(in.size());
-  auto w = device.allocate_floats(std::max<std::size_t>(params, 1)), g = device.allocate_floats(std::max<std::size_t>(params, 1));
+  auto w = device.allocate_floats(std::max<std::size_t>(params, 1)),
+       g = device.allocate_floats(std::max<std::size_t>(params, 1));
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (std::size_t i = 0; i < in.size(); ++i) x.floats()[i] = dist(rng);
@@ -55,7 +56,8 @@ Row time_layer(drt::backend::Backend& device, drt::nn::Layer& layer, const drt::
   for (int i = 0; i < reps; ++i) train();
   const double both = (now() - t0) / reps;
   double flops = 0;
-  if (!layer.params().empty()) flops = 2.0 * static_cast<double>(params - static_cast<std::size_t>(out.c)) * out.h * out.w * in.n;
+  if (!layer.params().empty())
+    flops = 2.0 * static_cast<double>(params - static_cast<std::size_t>(out.c)) * out.h * out.w * in.n;
   return {layer.describe() + (input_grad ? "" : " (no input grad)"), flops, forward * 1e3, both * 1e3};
 }
 
@@ -95,12 +97,14 @@ int main(int argc, char** argv) {
   }
   cases.push_back({nullptr, drt::nn::make_maxpool2d(2), {batch, 32, 28, 28}, true, CpuConv::kAuto});
   cases.push_back({nullptr, drt::nn::make_linear(3136, 512), {batch, 3136, 1, 1}, true, CpuConv::kAuto});
-  std::string json = "{\"bench\":\"layers\",\"batch\":" + std::to_string(batch) + ",\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+  std::string json = "{\"bench\":\"layers\",\"batch\":" + std::to_string(batch) +
+                     ",\"threads\":" + std::to_string(threads) + ",\"rows\":[";
   for (std::size_t k = 0; k < cases.size(); ++k) {
     cases[k].device = drt::backend::make_cpu_backend(cases[k].conv);
     Row r = time_layer(*cases[k].device, *cases[k].layer, cases[k].in, reps, cases[k].input_grad);
     if (cases[k].conv != CpuConv::kAuto) r.name += cases[k].conv == CpuConv::kOneDnn ? " [oneDNN]" : " [im2col]";
-    std::printf("%-44s %10.2f %10.2f %14.1f\n", r.name.c_str(), r.forward_ms, r.train_ms, 3 * r.flops / (r.train_ms * 1e6));
+    std::printf("%-44s %10.2f %10.2f %14.1f\n", r.name.c_str(), r.forward_ms, r.train_ms,
+                3 * r.flops / (r.train_ms * 1e6));
     json += (k ? "," : "") + std::string("{\"layer\":\"") + r.name + "\",\"fwd_ms\":" + std::to_string(r.forward_ms) +
             ",\"train_ms\":" + std::to_string(r.train_ms) + "}";
   }

@@ -34,8 +34,8 @@ std::optional<drt::train::TrainConfig> parse(std::vector<std::string> args) {
 
 bool representable(const std::string& v) {
   if (v.find_first_of("#\n\r") != std::string::npos) return false;
-  return v.empty() || (!std::isspace(static_cast<unsigned char>(v.front())) &&
-                       !std::isspace(static_cast<unsigned char>(v.back())));
+  return v.empty() ||
+         (!std::isspace(static_cast<unsigned char>(v.front())) && !std::isspace(static_cast<unsigned char>(v.back())));
 }
 
 }  // namespace
@@ -59,8 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const auto& a : args)
     if (a.compare(0, 4, "--co") == 0) return -1;  // --config (or a prefix Boost would guess)
   if (has_ini) {
-    const std::string path = drt::fuzz::write_file("config.ini", reinterpret_cast<const std::uint8_t*>(ini.data()),
-                                                   ini.size());
+    const std::string path =
+        drt::fuzz::write_file("config.ini", reinterpret_cast<const std::uint8_t*>(ini.data()), ini.size());
     args.push_back("--config");
     args.push_back(path);
   }
@@ -79,14 +79,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!representable(*v)) return 0;
   // The round trip: what --print-config prints, --config must load back unchanged.
   const std::string text = c->to_ini();
-  const std::string path = drt::fuzz::write_file("roundtrip.ini", reinterpret_cast<const std::uint8_t*>(text.data()),
-                                                 text.size());
+  const std::string path =
+      drt::fuzz::write_file("roundtrip.ini", reinterpret_cast<const std::uint8_t*>(text.data()), text.size());
   std::optional<drt::train::TrainConfig> again;
   try {
     again = parse({"--config", path});
   } catch (const drt::Error& e) {
-    std::fprintf(stderr, "fuzz_config: the resolved configuration does not load back: %s\n--- to_ini():\n%s\n", e.what(),
-                 text.c_str());
+    std::fprintf(stderr, "fuzz_config: the resolved configuration does not load back: %s\n--- to_ini():\n%s\n",
+                 e.what(), text.c_str());
     std::abort();
   }
   if (!again || again->to_ini() != text) {

@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const drt::data::Dataset d = drt::data::load_idx(images, labels, classes);
     if (d.count < 1 || d.rows < 1 || d.cols < 1 || d.rows > 4096 || d.cols > 4096) finding("bad dimensions accepted");
     if (d.classes != classes) finding("classes not kept");
-    if (d.pixels.size() != static_cast<std::size_t>(d.count) * d.image_size()) finding("pixels size != count*rows*cols");
+    if (d.pixels.size() != static_cast<std::size_t>(d.count) * d.image_size())
+      finding("pixels size != count*rows*cols");
     if (d.labels.size() != static_cast<std::size_t>(d.count)) finding("labels size != count");
     for (std::uint8_t l : d.labels)
       if (l >= classes) finding("label not below classes accepted");

@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
       const char* optimizer;
       std::vector<std::string> slots;
     };
-    for (const Seed& s : {Seed{"sgd.h5", "sgd", {}}, Seed{"momentum.h5", "sgd", {"momentum"}},
-                          Seed{"adam.h5", "adam", {"m", "v"}}}) {
+    for (const Seed& s :
+         {Seed{"sgd.h5", "sgd", {}}, Seed{"momentum.h5", "sgd", {"momentum"}}, Seed{"adam.h5", "adam", {"m", "v"}}}) {
       std::vector<float> params(n);
       for (std::size_t i = 0; i < n; ++i) params[i] = 0.25f * static_cast<float>(i) - 1.0f;
       std::vector<std::vector<float>> slots(s.slots.size(), std::vector<float>(n, 0.125f));

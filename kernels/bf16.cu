@@ -14,8 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "grid_stride.cuh"
 #include "drtrain/kernels/launchers.hpp"
+#include "grid_stride.cuh"
 
 namespace drt::kernels {
 namespace {

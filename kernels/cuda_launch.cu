@@ -1,6 +1,4 @@
 // Checked CUDA calls and launch geometry (cuda_check.hpp).
-#include "cuda_check.hpp"
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -8,6 +6,7 @@
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "cuda_check.hpp"
 
 namespace drt::cuda {
 namespace {
@@ -23,8 +22,9 @@ std::atomic<bool> g_debug_sync{debug_sync_from_env()};
 
 void fail_call(const char* library, const std::string& message, const char* call, const char* file, int line) {
   throw Error(str(rank_tag(), ": ", library, " error: ", message, "\n  in ", call, "\n  at ", file, ":", line,
-                  debug_sync() ? "" : "\n  (errors of asynchronous work may surface at a later call; rerun with "
-                                      "--cuda-debug-sync to stop at the call that failed)"));
+                  debug_sync() ? ""
+                               : "\n  (errors of asynchronous work may surface at a later call; rerun with "
+                                 "--cuda-debug-sync to stop at the call that failed)"));
 }
 
 void set_debug_sync(bool on) { g_debug_sync = on; }

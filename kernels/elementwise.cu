@@ -12,8 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "grid_stride.cuh"
 #include "drtrain/kernels/launchers.hpp"
+#include "grid_stride.cuh"
 
 namespace drt::kernels {
 namespace {
@@ -118,8 +118,7 @@ void add_bias_rows(float* y, const float* bias, int rows, int cols, Stream strea
     add_bias_kernel<float4><<<grid(n, true), kBlock, 0, cuda(stream)>>>(
         reinterpret_cast<float4*>(y), reinterpret_cast<const float4*>(bias), n / 4, static_cast<std::size_t>(cols) / 4);
   } else {
-    add_bias_kernel<float><<<grid(n, false), kBlock, 0, cuda(stream)>>>(y, bias, n,
-                                                                            static_cast<std::size_t>(cols));
+    add_bias_kernel<float><<<grid(n, false), kBlock, 0, cuda(stream)>>>(y, bias, n, static_cast<std::size_t>(cols));
   }
   DRT_CUDA_LAUNCH_CHECK("add_bias_rows");
 }

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "grid_stride.cuh"
 #include "drtrain/kernels/launchers.hpp"
+#include "grid_stride.cuh"
 
 namespace drt::kernels {
 namespace {
@@ -21,8 +21,8 @@ bool aligned16(const void* p) { return aligned(p, 16); }
 
 // kMomentum false: plain SGD, `buf` is not touched (may be null).
 template <bool kMomentum>
-__global__ void sgd_kernel(SgdCoefficients c, float* p, const float* g, float grad_scale, float* buf,
-                           std::size_t n, bool vector) {
+__global__ void sgd_kernel(SgdCoefficients c, float* p, const float* g, float grad_scale, float* buf, std::size_t n,
+                           bool vector) {
   auto* p4 = reinterpret_cast<float4*>(p);
   const auto* g4 = reinterpret_cast<const float4*>(g);
   auto* b4 = reinterpret_cast<float4*>(buf);
@@ -88,8 +88,8 @@ void adam_update(const AdamCoefficients& c, float* params, const float* grad, fl
                  float* exp_avg_sq, std::size_t n, Stream stream) {
   if (n == 0) return;
   const bool vector = aligned16(params) && aligned16(grad) && aligned16(exp_avg) && aligned16(exp_avg_sq);
-  adam_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(c, params, grad, grad_scale,
-                                                                                 exp_avg, exp_avg_sq, n, vector);
+  adam_kernel<<<grid(n, vector), kBlock, 0, cuda(stream)>>>(c, params, grad, grad_scale, exp_avg, exp_avg_sq, n,
+                                                            vector);
   DRT_CUDA_LAUNCH_CHECK("adam_update");
 }
 

@@ -41,8 +41,8 @@ void scale(float a, float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= a;
 }
 
-XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                               float* dlogits, float grad_scale) {
+XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
+                               float grad_scale) {
   XentSums sums;
   for (int r = 0; r < rows; ++r) {
     const int label = labels[r];

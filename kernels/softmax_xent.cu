@@ -19,8 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda_check.hpp"
 #include "drtrain/kernels/launchers.hpp"
+#include "cuda_check.hpp"
 
 namespace drt::kernels {
 namespace {
@@ -28,8 +28,8 @@ namespace {
 constexpr unsigned kRowBlock = 128;
 constexpr unsigned kSumBlock = 256;  // a power of two (tree reduction)
 
-__global__ void xent_rows_kernel(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                 float* dlogits, float grad_scale, double* row_loss, double* sums) {
+__global__ void xent_rows_kernel(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
+                                 float grad_scale, double* row_loss, double* sums) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   // The loop runs on block boundaries so that every thread of a block takes the same number of
   // turns and reaches __syncthreads_count together; threads past the last row count nothing.

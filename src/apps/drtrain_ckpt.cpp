@@ -91,7 +91,8 @@ int diff(const CheckpointFile& a, const CheckpointFile& b, double rtol) {
   for (const std::string& d : names_a) {
     const auto x = a.read(d), y = b.read(d);
     if (x.shape != y.shape) {
-      std::printf("%-40s shapes differ: %s vs %s\n", d.c_str(), shape_text(x.shape).c_str(), shape_text(y.shape).c_str());
+      std::printf("%-40s shapes differ: %s vs %s\n", d.c_str(), shape_text(x.shape).c_str(),
+                  shape_text(y.shape).c_str());
       over = true;
       continue;
     }
@@ -140,7 +141,8 @@ int export_state_dict(const CheckpointFile& f, const std::string& out) {
     const auto t = f.read(d);
     std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
     const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-    const hid_t dset = H5Dcreate2(file, d.substr(8).c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t dset =
+        H5Dcreate2(file, d.substr(8).c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     const herr_t rc = dset < 0 ? -1 : H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data());
     if (dset >= 0) H5Dclose(dset);
     H5Sclose(space);
@@ -159,8 +161,9 @@ int export_state_dict(const CheckpointFile& f, const std::string& out) {
   H5Sclose(scalar);
   H5Tclose(type);
   H5Fclose(file);
-  std::printf("wrote %s: the parameters as torch state_dict entries (load: {k: torch.from_numpy(f[k][()]) for k in f})\n",
-              out.c_str());
+  std::printf(
+      "wrote %s: the parameters as torch state_dict entries (load: {k: torch.from_numpy(f[k][()]) for k in f})\n",
+      out.c_str());
   return 0;
 }
 

@@ -18,8 +18,8 @@ std::string blas_core_name() { return openblas_get_corename(); }
 std::string better_blas_core() {
   if (std::getenv("OPENBLAS_CORETYPE")) return "";
   const std::string current = blas_core_name();
-  const bool generic = current == "Prescott" || current == "Core2" || current == "Nehalem" ||
-                       current == "Penryn" || current == "Dunnington" || current == "Atom";
+  const bool generic = current == "Prescott" || current == "Core2" || current == "Nehalem" || current == "Penryn" ||
+                       current == "Dunnington" || current == "Atom";
   if (!generic) return "";
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -37,9 +37,10 @@ void ensure_blas_kernels(char** argv) {
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): first thing main does, no thread yet
   execv("/proc/self/exe", argv);
   const int err = errno;
-  std::fprintf(stderr, "drtrain: warning: OpenBLAS chose %s kernels on a CPU that runs %s ones; re-executing with "
-                       "OPENBLAS_CORETYPE=%s failed (%s), so GEMMs run several times slower. Export "
-                       "OPENBLAS_CORETYPE=%s before starting drtrain.\n",
+  std::fprintf(stderr,
+               "drtrain: warning: OpenBLAS chose %s kernels on a CPU that runs %s ones; re-executing with "
+               "OPENBLAS_CORETYPE=%s failed (%s), so GEMMs run several times slower. Export "
+               "OPENBLAS_CORETYPE=%s before starting drtrain.\n",
                blas_core_name().c_str(), core.c_str(), core.c_str(), errno_text(err).c_str(), core.c_str());
 }
 

@@ -137,8 +137,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw,
-                       float* dbias, float* dx, float* workspace) override {
+  void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw, float* dbias,
+                       float* dx, float* workspace) override {
 #if DRT_HAVE_ONEDNN
     if (onednn_) return onednn_->backward(s, x, w, dy, dw, dbias, dx);
 #endif

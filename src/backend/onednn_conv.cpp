@@ -19,8 +19,8 @@ namespace {
 
 // A tensor as the caller holds it (plain layout, the caller's pointer) and as a primitive wants it.
 struct Operand {
-  memory user;      // plain layout; data handle set per call
-  memory wanted;    // the primitive's layout (== user when they agree)
+  memory user;            // plain layout; data handle set per call
+  memory wanted;          // the primitive's layout (== user when they agree)
   dnnl::reorder in, out;  // user -> wanted, wanted -> user (only when they differ)
 
   Operand(const dnnl::engine& e, const memory::desc& plain, const memory::desc& want)
@@ -53,8 +53,8 @@ struct OneDnnConv::Plan {
   dnnl::convolution_forward forward;
   dnnl::convolution_backward_data backward_data;
   dnnl::convolution_backward_weights backward_weights;
-  std::unique_ptr<Operand> f_src, f_wei, f_bias, f_dst;              // forward
-  std::unique_ptr<Operand> d_diff_dst, d_wei, d_diff_src;            // backward data
+  std::unique_ptr<Operand> f_src, f_wei, f_bias, f_dst;                 // forward
+  std::unique_ptr<Operand> d_diff_dst, d_wei, d_diff_src;               // backward data
   std::unique_ptr<Operand> w_src, w_diff_dst, w_diff_wei, w_diff_bias;  // backward weights
 };
 
@@ -62,7 +62,8 @@ OneDnnConv::OneDnnConv() : engine_(std::make_unique<Engine>()) {}
 OneDnnConv::~OneDnnConv() = default;
 
 OneDnnConv::Plan& OneDnnConv::plan(const Conv2dShape& s) {
-  const auto key = std::make_tuple(s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.pad);
+  const auto key =
+      std::make_tuple(s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.pad);
   auto& slot = plans_[key];
   if (slot) return *slot;
   const dnnl::engine& e = engine_->engine;

@@ -27,7 +27,8 @@ void require_same(const Comm& comm, std::uint64_t fingerprint_value, const std::
   std::uint64_t range[2] = {fingerprint_value, ~fingerprint_value};  // min and ~max in one call
   DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_UINT64_T, MPI_MIN, comm.get()));
   if (range[0] != ~range[1])
-    throw ConfigError(str("ranks disagree on ", what, ": start every rank with the same command "
+    throw ConfigError(str("ranks disagree on ", what,
+                          ": start every rank with the same command "
                           "line, configuration file and data"));
 }
 

@@ -52,8 +52,8 @@ void check_mpi(int rc, const char* call, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
   int error_class = rc;
   MPI_Error_class(rc, &error_class);
-  throw Error(str(rank_tag(), ": ", call, " failed at ", file, ":", line, ": ",
-                  mpi_error_string(rc), ". What to do: ", advice_for(error_class), "."));
+  throw Error(str(rank_tag(), ": ", call, " failed at ", file, ":", line, ": ", mpi_error_string(rc),
+                  ". What to do: ", advice_for(error_class), "."));
 }
 
 }  // namespace drt::comm

@@ -86,8 +86,8 @@ MpiSession::~MpiSession() {
   // so a rank still here after kFinalizeGraceSeconds leaves with its exit status.
   std::thread([status = exit_status_] {
     std::this_thread::sleep_for(std::chrono::seconds(kFinalizeGraceSeconds));
-    std::fprintf(stderr, "%s: MPI_Finalize did not return within %d s; leaving with status %d\n",
-                 rank_tag().c_str(), kFinalizeGraceSeconds, status);
+    std::fprintf(stderr, "%s: MPI_Finalize did not return within %d s; leaving with status %d\n", rank_tag().c_str(),
+                 kFinalizeGraceSeconds, status);
     std::fflush(stderr);
     std::_Exit(status);
   }).detach();
@@ -111,8 +111,7 @@ MpiSession::~MpiSession() {
   MPI_Finalize();
 }
 
-int run_mpi_main(int argc, char** argv, const char* program,
-                 const std::function<int(MpiSession&, int, char**)>& body) {
+int run_mpi_main(int argc, char** argv, const char* program, const std::function<int(MpiSession&, int, char**)>& body) {
   // The session lives outside the try: after a failure it must still be there to MPI_Abort, not
   // finalise (MPI_Finalize waits for peers that may be dead, stopped or blocked on this rank).
   std::optional<MpiSession> session;

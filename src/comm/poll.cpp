@@ -34,16 +34,14 @@ bool PollWaiter::pause() {
 
 double PollWaiter::waited_seconds() const { return now_seconds() - start_; }
 
-void wait_request(MPI_Request& request, double timeout_s, int max_nap_us,
-                  const std::function<std::string()>& what) {
+void wait_request(MPI_Request& request, double timeout_s, int max_nap_us, const std::function<std::string()>& what) {
   PollWaiter waiter(timeout_s, max_nap_us);
   for (;;) {
     int done = 0;
     DRT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (!waiter.pause())
-      throw HangError(str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()),
-                          " s for ", what(),
+      throw HangError(str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for ", what(),
                           "; a peer rank is dead, stopped or stuck (raise --hang-timeout if it "
                           "is only slow)"));
   }
@@ -65,8 +63,8 @@ void allreduce_in_place(const Comm& comm, void* data, int count, MPI_Datatype ty
 void gather(const Comm& comm, const void* send, int bytes_per_rank, void* receive, int root, double timeout_s,
             int max_nap_us, const std::string& what) {
   MPI_Request request = MPI_REQUEST_NULL;
-  DRT_MPI_CHECK(MPI_Igather(send, bytes_per_rank, MPI_BYTE, receive, bytes_per_rank, MPI_BYTE, root, comm.get(),
-                            &request));
+  DRT_MPI_CHECK(
+      MPI_Igather(send, bytes_per_rank, MPI_BYTE, receive, bytes_per_rank, MPI_BYTE, root, comm.get(), &request));
   wait_request(request, timeout_s, max_nap_us, [&] { return what; });
 }
 
@@ -102,8 +100,8 @@ void withdraw_receives(std::vector<MPI_Request>& requests, std::vector<std::stri
 
 }  // namespace
 
-std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int root, double timeout_s,
-                                      int max_nap_us, const std::string& what, std::size_t piece_bytes) {
+std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int root, double timeout_s, int max_nap_us,
+                                      const std::string& what, std::size_t piece_bytes) {
   if (piece_bytes < 1 || piece_bytes > static_cast<std::size_t>(INT_MAX))
     throw Error(str(rank_tag(), ": gather_bytes: pieces of ", piece_bytes, " bytes do not fit one MPI message"));
   const bool is_root = comm.rank() == root;

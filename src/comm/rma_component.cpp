@@ -87,8 +87,9 @@ void choose_rma_component() {
     return;
   }
   setenv("OMPI_MCA_osc", value.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): before MPI_Init, no thread yet
-  g_note = str("one-sided component: drtrain set OMPI_MCA_osc=", value, " because Open MPI's configuration (osc = ",
-               configured, ") leaves no component that can make windows across nodes over TCP; set OMPI_MCA_osc "
+  g_note = str("one-sided component: drtrain set OMPI_MCA_osc=", value,
+               " because Open MPI's configuration (osc = ", configured,
+               ") leaves no component that can make windows across nodes over TCP; set OMPI_MCA_osc "
                "yourself to choose (see README, 'Running across nodes')");
 }
 

@@ -32,8 +32,7 @@ std::vector<int> gather_node_indices(const Comm& world, const Comm& node) {
   std::vector<int> node_of_rank;
   node_of_rank.reserve(leaders.size());
   for (int l : leaders)
-    node_of_rank.push_back(
-        static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), l) - distinct.begin()));
+    node_of_rank.push_back(static_cast<int>(std::lower_bound(distinct.begin(), distinct.end(), l) - distinct.begin()));
   return node_of_rank;
 }
 
@@ -43,8 +42,8 @@ std::vector<std::string> gather_host_names(const Comm& world) {
   int length = 0;
   DRT_MPI_CHECK(MPI_Get_processor_name(mine, &length));
   std::vector<char> all(static_cast<std::size_t>(world.size()) * MPI_MAX_PROCESSOR_NAME);
-  DRT_MPI_CHECK(MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                              world.get()));
+  DRT_MPI_CHECK(
+      MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, world.get()));
   std::vector<std::string> names;
   for (int r = 0; r < world.size(); ++r) {
     const char* name = all.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
@@ -64,27 +63,29 @@ std::string to_string(Placement placement) { return choice_name(placement, kPlac
 
 RolePlan plan_roles(const std::vector<int>& node_of_rank, int num_ps, Placement placement) {
   const int world = static_cast<int>(node_of_rank.size());
-  const int nodes =
-      world == 0 ? 0 : *std::max_element(node_of_rank.begin(), node_of_rank.end()) + 1;
+  const int nodes = world == 0 ? 0 : *std::max_element(node_of_rank.begin(), node_of_rank.end()) + 1;
   if (num_ps < 1)
-    throw ConfigError(str("--num-ps must be at least 1 (got ", num_ps,
-                          "): drtrain keeps the parameters on PS ranks"));
+    throw ConfigError(str("--num-ps must be at least 1 (got ", num_ps, "): drtrain keeps the parameters on PS ranks"));
   if (world == 1)
     throw ConfigError("the job has 1 rank; drtrain needs at least 2 (a PS and a worker). If more were started, "
                       "the launcher and the MPI library do not work together (pass --expect-ranks N to check)");
   if (num_ps >= world)
     throw ConfigError(str("--num-ps ", num_ps, " leaves no worker: the job has ", world,
                           " rank(s) and needs at least one worker besides the PS ranks; pass "
-                          "--num-ps ", std::max(1, world - 1), " or fewer, or start more ranks "
-                          "(e.g. mpirun -n ", num_ps + 1, ")"));
+                          "--num-ps ",
+                          std::max(1, world - 1),
+                          " or fewer, or start more ranks "
+                          "(e.g. mpirun -n ",
+                          num_ps + 1, ")"));
   std::vector<bool> is_ps(static_cast<std::size_t>(world), false);
   if (placement == Placement::kFirst) {
     for (int r = 0; r < num_ps; ++r) is_ps[static_cast<std::size_t>(r)] = true;
   } else {
     if (num_ps > nodes)
       throw ConfigError(str("--ps-placement per-node puts one PS on each of the first --num-ps "
-                            "nodes, but --num-ps is ", num_ps, " and the job spans ", nodes,
-                            " node(s); pass --num-ps ", nodes, " or fewer, or --ps-placement "
+                            "nodes, but --num-ps is ",
+                            num_ps, " and the job spans ", nodes, " node(s); pass --num-ps ", nodes,
+                            " or fewer, or --ps-placement "
                             "first"));
     std::set<int> nodes_with_ps;
     for (int r = 0; r < world; ++r) {
@@ -138,9 +139,8 @@ std::string Topology::worker_name(int worker) const {
 }
 
 std::string Topology::describe() const {
-  return str(world_size(), " rank(s) on ", num_nodes_, " node(s): PS ", rank_list(plan_.ps_ranks),
-             ", workers ", rank_list(plan_.worker_ranks), " (chief = world rank ",
-             plan_.worker_ranks.front(), ")");
+  return str(world_size(), " rank(s) on ", num_nodes_, " node(s): PS ", rank_list(plan_.ps_ranks), ", workers ",
+             rank_list(plan_.worker_ranks), " (chief = world rank ", plan_.worker_ranks.front(), ")");
 }
 
 }  // namespace drt::comm

@@ -13,8 +13,8 @@
 namespace drt::comm {
 namespace {
 
-std::atomic<double> g_limit{0.0};      // seconds without a beat before firing; 0: disarmed
-std::atomic<double> g_last{0.0};       // now_seconds() of the last beat
+std::atomic<double> g_limit{0.0};  // seconds without a beat before firing; 0: disarmed
+std::atomic<double> g_last{0.0};   // now_seconds() of the last beat
 std::atomic<const char*> g_phase{"start-up"};
 std::atomic<int> g_peer{-1};
 std::once_flag g_thread_started;

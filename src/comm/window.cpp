@@ -12,8 +12,7 @@ namespace {
 MPI_Info make_info(const WindowHints& hints) {
   MPI_Info info = MPI_INFO_NULL;
   DRT_MPI_CHECK(MPI_Info_create(&info));
-  if (hints.accumulate_ordering_none)
-    DRT_MPI_CHECK(MPI_Info_set(info, "accumulate_ordering", "none"));
+  if (hints.accumulate_ordering_none) DRT_MPI_CHECK(MPI_Info_set(info, "accumulate_ordering", "none"));
   if (hints.same_op_no_op) DRT_MPI_CHECK(MPI_Info_set(info, "accumulate_ops", "same_op_no_op"));
   if (hints.shared_noncontig) DRT_MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
   return info;
@@ -25,8 +24,7 @@ Window Window::allocate(std::size_t bytes, const Comm& comm, const WindowHints& 
   Window window;
   MPI_Info info = make_info(hints);
   void* base = nullptr;
-  const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, info, comm.get(), &base,
-                                  &window.win_);
+  const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, info, comm.get(), &base, &window.win_);
   MPI_Info_free(&info);
   DRT_MPI_CHECK(rc);
   window.base_ = base;

@@ -45,10 +45,12 @@ std::vector<int> parse_stop_signals(const std::string& list) {
     if (number == 0 && !name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
       number = std::atoi(name.c_str());
     if (number == SIGKILL || number == SIGSTOP)
-      throw ConfigError(str("--stop-signals: ", raw, " cannot be caught; choose among TERM, USR1, USR2, INT, HUP, "
+      throw ConfigError(str("--stop-signals: ", raw,
+                            " cannot be caught; choose among TERM, USR1, USR2, INT, HUP, "
                             "QUIT, XCPU, CONT (or none)"));
     if (number <= 0 || number >= NSIG)
-      throw ConfigError(str("--stop-signals: unknown signal '", raw, "'; choices: TERM, USR1, USR2, INT, HUP, QUIT, "
+      throw ConfigError(str("--stop-signals: unknown signal '", raw,
+                            "'; choices: TERM, USR1, USR2, INT, HUP, QUIT, "
                             "XCPU, CONT, a number, or none"));
     out.push_back(number);
   }

@@ -55,8 +55,7 @@ long long parse_count(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != text.size() || value < 0)
-    throw ConfigError(str(what, ": '", text, "' is not a non-negative integer"));
+  if (used != text.size() || value < 0) throw ConfigError(str(what, ": '", text, "' is not a non-negative integer"));
   return value;
 }
 

@@ -87,8 +87,8 @@ class IdxReader {
     if (got < 4) fail(str("truncated: the file ends after ", got, " bytes, inside the 4-byte IDX magic number"));
     const std::uint32_t found = big_endian(bytes);
     if (found != magic) {
-      const std::string expected = str("bad magic number ", hex32(found), " (expected ", hex32(magic), " for an IDX ",
-                                       kind, " file)");
+      const std::string expected =
+          str("bad magic number ", hex32(found), " (expected ", hex32(magic), " for an IDX ", kind, " file)");
       // Bytes 0-1 are zero, byte 2 is the element type (0x08: unsigned byte), byte 3 the number
       // of dimensions.
       if (bytes[0] == 0 && bytes[1] == 0 && bytes[2] == 0x08) {
@@ -121,8 +121,8 @@ class IdxReader {
       const std::size_t got = read(out.data() + filled, out.size() - filled);
       filled += got;
       if (filled < out.size())
-        fail(str("truncated: the header announces ", what, " (", n, " bytes) but only ", filled,
-                 " bytes follow the ", consumed_ - filled, "-byte header", compressed_note()));
+        fail(str("truncated: the header announces ", what, " (", n, " bytes) but only ", filled, " bytes follow the ",
+                 consumed_ - filled, "-byte header", compressed_note()));
     }
     std::uint8_t extra[1];
     // Reading past the payload also makes zlib check the gzip trailer (CRC and length).
@@ -185,8 +185,8 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path,
   data.labels = labels.read_payload(count, str(count, " labels"));
   const auto bad = std::find_if(data.labels.begin(), data.labels.end(), [&](std::uint8_t l) { return l >= classes; });
   if (bad != data.labels.end())
-    labels.fail(str("label ", int{*bad}, " at index ", bad - data.labels.begin(), " is not below the number of classes (",
-                    classes, ")"));
+    labels.fail(str("label ", int{*bad}, " at index ", bad - data.labels.begin(),
+                    " is not below the number of classes (", classes, ")"));
   return data;
 }
 

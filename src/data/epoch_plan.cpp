@@ -66,8 +66,8 @@ int EpochPlan::batch_size(int step) const {
 
 std::vector<int> EpochPlan::samples(int step, int worker, int tower) const {
   if (worker < 0 || worker >= workers_ || tower < 0 || tower >= towers_)
-    throw Error(str("EpochPlan::samples: worker ", worker, ", tower ", tower, " is outside ", workers_,
-                    " workers x ", towers_, " towers"));
+    throw Error(str("EpochPlan::samples: worker ", worker, ", tower ", tower, " is outside ", workers_, " workers x ",
+                    towers_, " towers"));
   const std::int64_t parts = std::int64_t{workers_} * towers_;
   const std::int64_t part = std::int64_t{worker} * towers_ + tower;
   const std::int64_t size = batch_size(step);  // validates step

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <exception>
 
-#include "checkpoint_schema.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/strings.hpp"
+#include "checkpoint_schema.hpp"
 #include "hdf5.hpp"
 
 namespace drt::io {
@@ -37,14 +37,15 @@ std::vector<std::int64_t> dataset_shape(hid_t file, const std::string& path) {
 void check_fits(hid_t file, const CheckpointMeta& m, const std::string& model, const ParamLayout& layout,
                 const std::vector<std::string>& slot_names) {
   if (m.model != model)
-    throw ConfigError(str("the checkpoint holds --model ", m.model, ", this run has --model ", model,
-                          ": pass --model ", m.model, ", or start without --resume (or with another --checkpoint-dir)"));
+    throw ConfigError(str("the checkpoint holds --model ", m.model, ", this run has --model ", model, ": pass --model ",
+                          m.model, ", or start without --resume (or with another --checkpoint-dir)"));
   const std::vector<std::string> slots = list_slots(file);  // by name
   std::vector<std::string> wanted = slot_names;
   std::sort(wanted.begin(), wanted.end());
   if (slots != wanted)
     throw ConfigError(str("the checkpoint holds optimizer state [", join(slots, ", "), "] (", m.optimizer_config,
-                          "); this run's optimizer needs [", join(slot_names, ", "), "]: pass the optimizer "
+                          "); this run's optimizer needs [", join(slot_names, ", "),
+                          "]: pass the optimizer "
                           "options of the checkpoint's run, or start without --resume"));
   std::vector<std::string> groups{schema::kParams};
   for (const auto& s : slot_names) groups.push_back(std::string(schema::kOptimizer) + "/" + s);
@@ -57,7 +58,8 @@ void check_fits(hid_t file, const CheckpointMeta& m, const std::string& model, c
       const std::vector<std::int64_t> shape = dataset_shape(file, path);
       if (shape != t.shape)
         throw ConfigError(str("tensor ", path, " has shape ", schema::shape_text(shape), " in the checkpoint and ",
-                              schema::shape_text(t.shape), " in --model ", model, ": the models differ; pass the "
+                              schema::shape_text(t.shape), " in --model ", model,
+                              ": the models differ; pass the "
                               "checkpoint's --model, or start without --resume"));
     }
 }
@@ -67,12 +69,13 @@ template <typename Read>
 std::uint64_t read_parts(const ParamLayout& layout, const std::vector<std::string>& slot_names, const ShardView& shard,
                          Read read) {
   std::uint64_t sum = 0;
-  schema::for_each_part(layout, slot_names, shard.begin, shard.end,
-                        [&](std::size_t k, const std::string& path, const TensorSpec& t, std::size_t lo, std::size_t hi) {
-                          float* data = (k == 0 ? shard.params : shard.slots[k - 1]) + (t.offset + lo - shard.begin);
-                          read(path, t, lo, hi, data);
-                          sum += checksum_part(path, lo, data, hi - lo);
-                        });
+  schema::for_each_part(
+      layout, slot_names, shard.begin, shard.end,
+      [&](std::size_t k, const std::string& path, const TensorSpec& t, std::size_t lo, std::size_t hi) {
+        float* data = (k == 0 ? shard.params : shard.slots[k - 1]) + (t.offset + lo - shard.begin);
+        read(path, t, lo, hi, data);
+        sum += checksum_part(path, lo, data, hi - lo);
+      });
   return sum;
 }
 
@@ -136,11 +139,11 @@ CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, co
       meta = schema::read_meta(file);
       const H5Id dxpl = independent_transfer();
       part = read_parts(layout, slot_names, shard,
-          [&](const std::string& p, const TensorSpec& t, std::size_t lo, std::size_t hi, float* data) {
-            const FlatRange r = open_flat_range(file, p, t, lo, hi);
-            if (H5Dread(r.dataset, H5T_NATIVE_FLOAT, r.memory, r.file_space, dxpl, data) < 0)
-              throw CheckpointError(str("reading ", p, ": ", hdf5_error_stack()));
-          });
+                        [&](const std::string& p, const TensorSpec& t, std::size_t lo, std::size_t hi, float* data) {
+                          const FlatRange r = open_flat_range(file, p, t, lo, hi);
+                          if (H5Dread(r.dataset, H5T_NATIVE_FLOAT, r.memory, r.file_space, dxpl, data) < 0)
+                            throw CheckpointError(str("reading ", p, ": ", hdf5_error_stack()));
+                        });
     } catch (...) {
       error = std::current_exception();
     }
@@ -180,7 +183,7 @@ std::vector<std::string> CheckpointFile::datasets() const {
   std::vector<std::string> out;
   auto list = [&](const std::string& group) {
     H5Id g(DRT_H5_CHECK(H5Gopen2(static_cast<hid_t>(file_), group.c_str(), H5P_DEFAULT), "opening " + group));
-    for (const auto& n : link_names(g)) out.push_back(group + "/" + n);
+    for (const auto& n : link_names(g)) out.push_back(str(group, "/", n));
   };
   list(schema::kParams);
   for (const auto& slot : slot_names()) list(std::string(schema::kOptimizer) + "/" + slot);
@@ -214,8 +217,8 @@ void CheckpointFile::verify() const {
     sum += checksum_part(d, 0, t.values.data(), t.values.size());
   }
   if (sum != meta_.checksum)
-    throw CheckpointError(str("the content checksum does not match the data (stored ", meta_.checksum,
-                              ", computed ", sum, "): the file is corrupt"));
+    throw CheckpointError(str("the content checksum does not match the data (stored ", meta_.checksum, ", computed ",
+                              sum, "): the file is corrupt"));
 }
 
 }  // namespace drt::io

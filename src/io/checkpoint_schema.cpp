@@ -51,6 +51,7 @@ std::vector<hsize_t> dims(const std::vector<std::int64_t>& shape) {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::vector<std::string> parts;
+  parts.reserve(shape.size());
   for (auto d : shape) parts.push_back(std::to_string(d));
   return "[" + join(parts, ", ") + "]";
 }
@@ -128,8 +129,11 @@ CheckpointMeta read_meta(hid_t file) {
   CheckpointMeta m;
   m.format_version = read_int_attribute(file, "format_version");
   if (m.format_version > kCheckpointFormatVersion)
-    throw ConfigError(str("checkpoint format version ", m.format_version, " was written by a newer drtrain; this one "
-                          "reads versions up to ", kCheckpointFormatVersion, ": use a newer drtrain, or start "
+    throw ConfigError(str("checkpoint format version ", m.format_version,
+                          " was written by a newer drtrain; this one "
+                          "reads versions up to ",
+                          kCheckpointFormatVersion,
+                          ": use a newer drtrain, or start "
                           "without --resume"));
   if (!has_attribute(file, "complete")) throw CheckpointError("the file is incomplete (no 'complete' attribute)");
   m.drtrain_version = read_string_attribute(file, "drtrain_version");

@@ -52,8 +52,9 @@ std::string temporary_path(const std::string& dir, std::int64_t step) {
 void prepare_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir)) throw ConfigError(str("--checkpoint-dir ", dir, ": not a directory and cannot be created",
-                                                    ec ? ": " + ec.message() : std::string()));
+  if (!fs::is_directory(dir))
+    throw ConfigError(str("--checkpoint-dir ", dir, ": not a directory and cannot be created",
+                          ec ? ": " + ec.message() : std::string()));
   if (::access(dir.c_str(), W_OK | X_OK) != 0)
     throw ConfigError(str("--checkpoint-dir ", dir, ": not writable: ", errno_text(errno)));
 }

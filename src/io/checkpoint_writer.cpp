@@ -9,11 +9,11 @@
 #include <cstring>
 #include <exception>
 
-#include "checkpoint_schema.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "checkpoint_schema.hpp"
 #include "hdf5.hpp"
 
 // write_parts stores native floats into H5T_IEEE_F32LE datasets byte for byte.
@@ -75,7 +75,7 @@ void write_fully(int fd, const char* data, std::size_t bytes, std::uint64_t at, 
   while (bytes > 0) {
     const ssize_t n = ::pwrite(fd, data, bytes, static_cast<off_t>(at));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Error(str("writing ", path, ": ", n < 0 ? std::strerror(errno) : "no progress (disk full?)"));
+    if (n <= 0) throw Error(str("writing ", path, ": ", n < 0 ? errno_text(errno) : "no progress (disk full?)"));
     data += n, bytes -= static_cast<std::size_t>(n), at += static_cast<std::uint64_t>(n);
   }
 }
@@ -104,23 +104,25 @@ CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path,
     }
   }
   schema::agree(ps, error);
+  // NOLINTNEXTLINE(mpi-type-mismatch): the buffer is std::uint64_t (unsigned long here), whose MPI type is MPI_UINT64_T
   DRT_MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(datasets), MPI_UINT64_T, 0, ps.get()));
   CheckpointParts out;
   out.path = path;
   const std::size_t tensors = layout.tensors().size();
-  schema::for_each_part(layout, slot_names, shard_begin, shard_end,
-                        [&](std::size_t k, const std::string& dataset, const TensorSpec& t, std::size_t lo, std::size_t hi) {
-                          const std::size_t index = k * tensors + static_cast<std::size_t>(&t - layout.tensors().data());
-                          out.parts.push_back({dataset, k, t.offset + lo - shard_begin, lo, hi - lo,
-                                               offsets[index] + lo * sizeof(float)});
-                        });
+  schema::for_each_part(
+      layout, slot_names, shard_begin, shard_end,
+      [&](std::size_t k, const std::string& dataset, const TensorSpec& t, std::size_t lo, std::size_t hi) {
+        const std::size_t index = k * tensors + static_cast<std::size_t>(&t - layout.tensors().data());
+        out.parts.push_back(
+            {dataset, k, t.offset + lo - shard_begin, lo, hi - lo, offsets[index] + lo * sizeof(float)});
+      });
   return out;
 }
 
 std::uint64_t write_parts(const CheckpointParts& parts, const ShardView& shard,
                           const std::function<void(std::size_t)>& after_piece) {
   const int fd = ::open(parts.path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(str("opening ", parts.path, " to write this PS's part: ", std::strerror(errno)));
+  if (fd < 0) throw Error(str("opening ", parts.path, " to write this PS's part: ", errno_text(errno)));
   std::uint64_t sum = 0;
   std::size_t written = 0;
   try {
@@ -136,12 +138,12 @@ std::uint64_t write_parts(const CheckpointParts& parts, const ShardView& shard,
         if (after_piece) after_piece(written);
       }
     }
-    if (::fsync(fd) != 0) throw Error(str("fsync of ", parts.path, ": ", std::strerror(errno)));
+    if (::fsync(fd) != 0) throw Error(str("fsync of ", parts.path, ": ", errno_text(errno)));
   } catch (...) {
     ::close(fd);
     throw;
   }
-  if (::close(fd) != 0) throw Error(str("closing ", parts.path, ": ", std::strerror(errno)));
+  if (::close(fd) != 0) throw Error(str("closing ", parts.path, ": ", errno_text(errno)));
   return sum;
 }
 

@@ -183,8 +183,8 @@ void select_range(hid_t space, const std::vector<hsize_t>& shape, std::vector<hs
     start[dim] = row_begin;
     count[dim] = rows;
     for (std::size_t d = dim + 1; d < rank; ++d) count[d] = shape[d];
-    DRT_H5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr,
-                                     count.data(), nullptr),
+    DRT_H5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR, start.data(), nullptr, count.data(),
+                                     nullptr),
                  "H5Sselect_hyperslab");
     first = false;
   };

@@ -39,7 +39,8 @@ ModelSpec ModelSpec::parse(const std::string& text) {
   if (text == "mlp" || text.rfind("mlp:", 0) == 0) {
     const std::vector<int> sizes = parse_sizes(text == "mlp" ? "784-512-256-10" : text.substr(4), text);
     if (sizes.size() < 2 || sizes.front() != 784 || sizes.back() != 10)
-      throw ConfigError(str("--model '", text, "': an MLP takes 784 inputs (28x28 images) and gives 10 outputs "
+      throw ConfigError(str("--model '", text,
+                            "': an MLP takes 784 inputs (28x28 images) and gives 10 outputs "
                             "(Fashion-MNIST's classes); e.g. mlp:784-1024-10"));
     spec.classes_ = sizes.back();
     for (std::size_t i = 1; i < sizes.size(); ++i) {
@@ -47,9 +48,15 @@ ModelSpec ModelSpec::parse(const std::string& text) {
       if (i + 1 < sizes.size()) spec.layers_.push_back({"", "relu", {}});
     }
   } else if (text == "cnn") {
-    spec.layers_ = {{"conv1", "conv", {1, 32, 5, 2}}, {"", "relu", {}},        {"", "maxpool", {2}},
-                    {"conv2", "conv", {32, 64, 5, 2}}, {"", "relu", {}},       {"", "maxpool", {2}},
-                    {"", "flatten", {}},              {"fc1", "linear", {3136, 512}}, {"", "relu", {}},
+    spec.layers_ = {{"conv1", "conv", {1, 32, 5, 2}},
+                    {"", "relu", {}},
+                    {"", "maxpool", {2}},
+                    {"conv2", "conv", {32, 64, 5, 2}},
+                    {"", "relu", {}},
+                    {"", "maxpool", {2}},
+                    {"", "flatten", {}},
+                    {"fc1", "linear", {3136, 512}},
+                    {"", "relu", {}},
                     {"fc2", "linear", {512, 10}}};
   } else {
     throw ConfigError(str("unknown --model '", text, "'; choices: ", kModelChoices));

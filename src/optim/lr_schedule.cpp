@@ -24,20 +24,17 @@ void LrSchedule::validate() const {
   if (kind == LrScheduleKind::kStep && !(decay_rate > 0.0 && decay_rate <= 1.0))
     throw ConfigError(str("--lr-decay-rate must be in (0, 1] (got ", decay_rate, ")"));
   if (kind == LrScheduleKind::kCosine && total_steps <= warmup_steps)
-    throw ConfigError(str("--lr-schedule cosine needs a total step count above --warmup-steps (",
-                          warmup_steps, "); got ", total_steps));
+    throw ConfigError(str("--lr-schedule cosine needs a total step count above --warmup-steps (", warmup_steps,
+                          "); got ", total_steps));
   if (!(min_lr >= 0.0)) throw ConfigError(str("--min-lr must be >= 0 (got ", min_lr, ")"));
 }
 
 double LrSchedule::lr_at(double base_lr, std::int64_t step) const {
-  if (step < warmup_steps)
-    return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (step < warmup_steps) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   const double s = static_cast<double>(step - warmup_steps);
   switch (kind) {
-    case LrScheduleKind::kConstant:
-      return base_lr;
-    case LrScheduleKind::kStep:
-      return base_lr * std::pow(decay_rate, std::floor(s / static_cast<double>(decay_steps)));
+    case LrScheduleKind::kConstant: return base_lr;
+    case LrScheduleKind::kStep: return base_lr * std::pow(decay_rate, std::floor(s / static_cast<double>(decay_steps)));
     case LrScheduleKind::kCosine: {
       const double span = static_cast<double>(total_steps - warmup_steps);
       const double progress = std::min(1.0, s / span);

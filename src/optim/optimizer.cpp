@@ -5,8 +5,8 @@
 #include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
-#include "sgd.hpp"
 #include "adam.hpp"
+#include "sgd.hpp"
 
 namespace drt::optim {
 
@@ -38,10 +38,10 @@ int OptimizerConfig::num_slots() const {
 
 std::string OptimizerConfig::describe() const {
   std::string out = str(to_string(kind), " lr=", lr);
-  if (kind == OptimizerKind::kSgd && momentum > 0.0)
-    out += str(" momentum=", momentum, nesterov ? " (nesterov)" : "");
+  if (kind == OptimizerKind::kSgd && momentum > 0.0) out += str(" momentum=", momentum, nesterov ? " (nesterov)" : "");
   if (kind != OptimizerKind::kSgd) out += str(" betas=(", beta1, ", ", beta2, ") eps=", eps);
-  if (weight_decay > 0.0) out += str(" weight_decay=", weight_decay, kind == OptimizerKind::kAdamW ? " (decoupled)" : " (L2)");
+  if (weight_decay > 0.0)
+    out += str(" weight_decay=", weight_decay, kind == OptimizerKind::kAdamW ? " (decoupled)" : " (L2)");
   return out + ", schedule " + schedule.describe();
 }
 

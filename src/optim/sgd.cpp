@@ -11,8 +11,7 @@ std::vector<std::string> sgd_slots(const OptimizerConfig& c) {
 
 }  // namespace
 
-Sgd::Sgd(const OptimizerConfig& config, std::size_t shard_size)
-    : Optimizer(config, shard_size, sgd_slots(config)) {}
+Sgd::Sgd(const OptimizerConfig& config, std::size_t shard_size) : Optimizer(config, shard_size, sgd_slots(config)) {}
 
 kernels::SgdCoefficients Sgd::coefficients() const {
   kernels::SgdCoefficients c;

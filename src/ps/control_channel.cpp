@@ -5,8 +5,7 @@
 
 namespace drt::ps {
 
-ControlChannel::ControlChannel(const ShardWindow& window)
-    : window_(window), epoch_(window.control()) {}
+ControlChannel::ControlChannel(const ShardWindow& window) : window_(window), epoch_(window.control()) {}
 
 void ControlChannel::update(int ps, const std::vector<Update>& updates) {
   comm::Watchdog::beat("writing a PS's control words", window_.target(ps));
@@ -31,8 +30,8 @@ void ControlChannel::read(int ps, MPI_Aint word, int count, std::int64_t* out) {
   comm::Watchdog::beat("reading a PS's control words", window_.target(ps));
   if (ignored_.size() < static_cast<std::size_t>(count)) ignored_.resize(static_cast<std::size_t>(count));
   const MPI_Win win = window_.control().get();
-  DRT_MPI_CHECK(MPI_Get_accumulate(ignored_.data(), count, MPI_INT64_T, out, count, MPI_INT64_T,
-                                   window_.target(ps), word, count, MPI_INT64_T, MPI_NO_OP, win));
+  DRT_MPI_CHECK(MPI_Get_accumulate(ignored_.data(), count, MPI_INT64_T, out, count, MPI_INT64_T, window_.target(ps),
+                                   word, count, MPI_INT64_T, MPI_NO_OP, win));
   DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), win));
 }
 

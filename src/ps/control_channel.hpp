@@ -1,7 +1,7 @@
 // ControlChannel (internal): the control window's int64 words (see shard_window.hpp), written
 // with MPI_Accumulate (MPI_REPLACE to set a word, MPI_SUM to count) and read with
-// MPI_Get_accumulate(MPI_NO_OP), so every access is atomic with respect to the others. It keeps one MPI_Win_lock_all epoch open for its
-// lifetime; every call completes (MPI_Win_flush) before it returns.
+// MPI_Get_accumulate(MPI_NO_OP), so every access is atomic with respect to the others. It keeps one MPI_Win_lock_all
+// epoch open for its lifetime; every call completes (MPI_Win_flush) before it returns.
 #pragma once
 
 #include <cstdint>

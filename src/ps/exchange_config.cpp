@@ -42,8 +42,8 @@ void ExchangeConfig::validate() const {
 
 std::string ExchangeConfig::describe(int num_nodes) const {
   return str("rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
-             per_worker_slots() ? " (deterministic)" : "", ", wire ", to_string(wire),
-             ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
+             per_worker_slots() ? " (deterministic)" : "", ", wire ", to_string(wire), ", chunks of ",
+             human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
              ", hang timeout ", hang_timeout_s, " s");
 }

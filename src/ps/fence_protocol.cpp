@@ -15,11 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "control_channel.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "control_channel.hpp"
 #include "protocol.hpp"
 
 namespace drt::ps {
@@ -61,7 +61,8 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     start_sequence(upload);
   }
 
-  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t /*pushes*/, EarlyPull* /*early*/) override {
+  void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t /*pushes*/,
+            EarlyPull* /*early*/) override {
     close_reads();
     for (const Chunk& c : chunks) issue_gradient(window_, config_, topo_.role_index(), grad, c);
   }
@@ -83,7 +84,7 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
   void pull(void* params, std::vector<Chunk> chunks, std::int64_t version) override {
     if (reads_closed_for_ == version)
       throw Error(str(rank_tag(), ": under --rma-sync fence every pull of a step must be issued before the first "
-                      "PullHandle::wait()"));
+                                  "PullHandle::wait()"));
     open_reads();
     issue_gets(window_, params, chunks.begin(), chunks.end());
   }

@@ -33,13 +33,13 @@
 #include <memory>
 #include <vector>
 
-#include "control_channel.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "control_channel.hpp"
 #include "protocol.hpp"
 
 namespace drt::ps {
@@ -225,7 +225,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       if (!early) continue;
       pull_published(*early, c.ps, pushes + 1);
       const int other = static_cast<int>(next_other_++ % static_cast<std::uint64_t>(window_.num_ps()));
-      if (other != c.ps && std::any_of(early->left->begin(), early->left->end(), [&](const Chunk& e) { return e.ps == other; }))
+      if (other != c.ps &&
+          std::any_of(early->left->begin(), early->left->end(), [&](const Chunk& e) { return e.ps == other; }))
         pull_published(*early, other, pushes + 1);
     }
   }
@@ -255,7 +256,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     const ShardLayout& layout = window_.layout(ps);
     const int me = topo_.role_index();
     DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), window_.data(layout.grad(me, layout.block_begin(block)).window)));
-    control_.update(ps, {{layout.arrivals_word(block), MPI_SUM, 1}, {layout.pushed_word(me, block), MPI_REPLACE, pushes}});
+    control_.update(ps,
+                    {{layout.arrivals_word(block), MPI_SUM, 1}, {layout.pushed_word(me, block), MPI_REPLACE, pushes}});
     announced_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)] = true;
   }
 
@@ -291,7 +293,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       if (!waiter.pause())
         throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
                             " s for ", topo_.worker_name(before), " to push block ", block, " of ", topo_.ps_name(ps),
-                            " for step ", pushes - 1, " (--grad-push ordered); that worker is dead, stopped or "
+                            " for step ", pushes - 1,
+                            " (--grad-push ordered); that worker is dead, stopped or "
                             "stuck (raise --hang-timeout if it is only slow)"));
     wait_s_ += waiter.waited_seconds();
     *done = true;
@@ -310,7 +313,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     const std::string who = join(silent, ", ");
     return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited),
                          " s for its MPI_Gets of published parameters from ", who, "; every worker has pushed it, so ",
-                         who, silent.size() == 1 ? " is" : " are", " dead, stopped or stuck (raise --hang-timeout "
+                         who, silent.size() == 1 ? " is" : " are",
+                         " dead, stopped or stuck (raise --hang-timeout "
                          "if it is only slow)"));
   }
 
@@ -318,13 +322,14 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
   HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
     const std::vector<std::string> missing = workers_where(ps, block, version - 1, -1);
-    return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ",
-                         topo_.ps_name(ps), " to publish block ", block, " after step ", version - 2,
-                         " (it has published ", known_version(ps, block), " version(s) of it); ",
-                         missing.empty() ? str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck")
-                                         : str("it still lacks the gradients of ", join(missing, ", "),
-                                               ", which is dead, stopped or stuck"),
-                         " (raise --hang-timeout if it is only slow)"));
+    return HangError(
+        str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ", topo_.ps_name(ps),
+            " to publish block ", block, " after step ", version - 2, " (it has published ", known_version(ps, block),
+            " version(s) of it); ",
+            missing.empty()
+                ? str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck")
+                : str("it still lacks the gradients of ", join(missing, ", "), ", which is dead, stopped or stuck"),
+            " (raise --hang-timeout if it is only slow)"));
   }
 
   std::vector<std::vector<std::int64_t>> versions_;  // newest known version of each block

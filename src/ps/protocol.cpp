@@ -26,10 +26,8 @@ void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int
   const MPI_Datatype type = wire_type(layout);
   const void* from = static_cast<const char*>(grad) + c.at * layout.wire_bytes();
   const bool put = config.per_worker_slots() || (config.grad_push() == GradPush::kOrdered && worker == 0);
-  if (put)
-    DRT_MPI_CHECK(MPI_Put(from, c.count, type, window.target(c.ps), spot.disp, c.count, type, win));
-  else
-    DRT_MPI_CHECK(MPI_Accumulate(from, c.count, type, window.target(c.ps), spot.disp, c.count, type, MPI_SUM, win));
+  if (put) DRT_MPI_CHECK(MPI_Put(from, c.count, type, window.target(c.ps), spot.disp, c.count, type, win));
+  else DRT_MPI_CHECK(MPI_Accumulate(from, c.count, type, window.target(c.ps), spot.disp, c.count, type, MPI_SUM, win));
 }
 
 void issue_upload(const ShardWindow& window, const float* initial, const std::vector<Chunk>& all) {
@@ -52,8 +50,8 @@ void issue_gets(const ShardWindow& window, void* params, std::vector<Chunk>::con
       DRT_MPI_CHECK(MPI_Rget(into, it->count, type, window.target(it->ps), spot.disp, it->count, type,
                              window.data(spot.window), &requests->back()));
     } else {
-      DRT_MPI_CHECK(MPI_Get(into, it->count, type, window.target(it->ps), spot.disp, it->count, type,
-                            window.data(spot.window)));
+      DRT_MPI_CHECK(
+          MPI_Get(into, it->count, type, window.target(it->ps), spot.disp, it->count, type, window.data(spot.window)));
     }
   }
 }

@@ -35,7 +35,7 @@ struct Chunk {
   std::size_t shard_element;  // first element, relative to the PS's shard
   std::size_t at;             // first element, relative to the caller's buffer
   int count;
-  bool completes_block;       // push: the block's last elements of this step
+  bool completes_block;  // push: the block's last elements of this step
 };
 
 class WorkerProtocol {
@@ -129,10 +129,10 @@ void issue_gradient(const ShardWindow& window, const ExchangeConfig& config, int
 void issue_upload(const ShardWindow& window, const float* initial, const std::vector<Chunk>& all);
 // The MPI datatype of a wire element.
 MPI_Datatype wire_type(const ShardLayout& layout);
-// MPI_Gets of parameter chunks (ShardLayout::wire_params); with `requests`, MPI_Rgets (passive target only) whose requests
-// are appended there. Request-based Gets leave at once on every path (osc/pt2pt would otherwise
-// hold a small Get request in its send buffer until the next flush), and can be waited on with
-// MPI_Testall and naps instead of a flush that spins.
+// MPI_Gets of parameter chunks (ShardLayout::wire_params); with `requests`, MPI_Rgets (passive target only) whose
+// requests are appended there. Request-based Gets leave at once on every path (osc/pt2pt would otherwise hold a small
+// Get request in its send buffer until the next flush), and can be waited on with MPI_Testall and naps instead of a
+// flush that spins.
 void issue_gets(const ShardWindow& window, void* params, std::vector<Chunk>::const_iterator begin,
                 std::vector<Chunk>::const_iterator end, std::vector<MPI_Request>* requests = nullptr);
 

@@ -31,20 +31,21 @@ std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const Excha
 
 std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const ExchangeConfig& config,
                                const optim::OptimizerConfig& optimizer) {
-  std::string out = str("PS memory (params", config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
-                        config.per_worker_slots() ? str(num_workers, config.wire == Wire::kBf16 ? " bf16" : "", " gradient slots")
-                                                  : std::string("gradient sum"),
-                        " + ", optimizer.num_slots(), " optimizer slot(s)):");
+  std::string out =
+      str("PS memory (params", config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
+          config.per_worker_slots() ? str(num_workers, config.wire == Wire::kBf16 ? " bf16" : "", " gradient slots")
+                                    : std::string("gradient sum"),
+          " + ", optimizer.num_slots(), " optimizer slot(s)):");
   for (int p = 0; p < plan.num_shards(); ++p)
-    out += str(" PS ", p, " ", human_bytes(static_cast<double>(
-                                   ps_memory_bytes(plan.shard(p).size(), num_workers, config, optimizer))),
+    out += str(" PS ", p, " ",
+               human_bytes(static_cast<double>(ps_memory_bytes(plan.shard(p).size(), num_workers, config, optimizer))),
                p + 1 < plan.num_shards() ? "," : "");
   return out;
 }
 
-ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& plan,
-                                 const ExchangeConfig& config, const optim::OptimizerConfig& optimizer,
-                                 std::int64_t first_step, std::int64_t first_update)
+ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config,
+                                 const optim::OptimizerConfig& optimizer, std::int64_t first_step,
+                                 std::int64_t first_update)
     : topo_(topo),
       config_(config),
       range_(plan.shard(topo.role_index())),
@@ -53,7 +54,8 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       window_(topo, plan, config),
       protocol_(make_server_protocol(topo, window_, config)),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
-      slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0) {}
+      slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0) {
+}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -132,13 +134,14 @@ void ParameterServer::apply_block(int block) {
     const std::size_t n = std::min(kApplyBlock, size - b);
     const float* grad = slot_sum_.data();
     if (bf16)
-      sum_in_worker_order(slot_sum_.data(), n, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
-                          kernels::bf16_bits_to_float);
+      sum_in_worker_order(
+          slot_sum_.data(), n, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
+          kernels::bf16_bits_to_float);
     else if (sum_slots)
-      sum_in_worker_order(slot_sum_.data(), n, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
-                          [](float x) { return x; });
-    else
-      grad = window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's Put (ordered, or one worker)
+      sum_in_worker_order(
+          slot_sum_.data(), n, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
+          [](float x) { return x; });
+    else grad = window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's Put (ordered, or one worker)
     optimizer_->update(begin + b, n, params + b, grad, scale);
     if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
     if (zero_sum) std::memset(window_.local(geometry.grad(0, begin)) + b, 0, n * sizeof(float));

@@ -23,8 +23,7 @@ ShardPlan ShardPlan::balanced(std::size_t total, int num_shards) {
 }
 
 ShardPlan ShardPlan::from_boundaries(std::vector<std::size_t> boundaries) {
-  if (boundaries.size() < 2 || boundaries.front() != 0 ||
-      !std::is_sorted(boundaries.begin(), boundaries.end()))
+  if (boundaries.size() < 2 || boundaries.front() != 0 || !std::is_sorted(boundaries.begin(), boundaries.end()))
     throw ConfigError("invalid shard plan: boundaries must start at 0 and never decrease");
   return ShardPlan(std::move(boundaries));
 }
@@ -84,8 +83,8 @@ std::string ShardPlan::to_text() const {
 }
 
 std::string ShardPlan::describe(const ParamLayout& layout) const {
-  std::string out = str("shard plan: ", human_bytes(static_cast<double>(total()) * 4), " of parameters (",
-                        total(), " floats) over ", num_shards(), " PS\n");
+  std::string out = str("shard plan: ", human_bytes(static_cast<double>(total()) * 4), " of parameters (", total(),
+                        " floats) over ", num_shards(), " PS\n");
   for (int p = 0; p < num_shards(); ++p) {
     const ShardRange r = shard(p);
     std::vector<std::string> parts;
@@ -94,8 +93,8 @@ std::string ShardPlan::describe(const ParamLayout& layout) const {
       if (hi <= lo) continue;
       parts.push_back(hi - lo == t.numel ? t.name : str(t.name, "[", lo - t.offset, ":", hi - t.offset, "]"));
     }
-    out += str("  PS ", p, ": [", r.begin, ", ", r.end, ") ",
-               human_bytes(static_cast<double>(r.size()) * 4), "  ", join(parts, " "), "\n");
+    out += str("  PS ", p, ": [", r.begin, ", ", r.end, ") ", human_bytes(static_cast<double>(r.size()) * 4), "  ",
+               join(parts, " "), "\n");
   }
   return out;
 }

@@ -3,12 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "drtrain/comm/agreement.hpp"
-
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
@@ -54,7 +53,9 @@ ShardLayout::ShardLayout(std::size_t shard_size, std::size_t block_elems, int nu
   DRT_ASSERT(wire_bytes == 4 || (wire_bytes == 2 && slots_), "a 16-bit wire needs per-worker slots");
 }
 
-std::size_t ShardLayout::block_begin(int b) const { return std::min(shard_size_, static_cast<std::size_t>(b) * block_elems_); }
+std::size_t ShardLayout::block_begin(int b) const {
+  return std::min(shard_size_, static_cast<std::size_t>(b) * block_elems_);
+}
 
 std::size_t ShardLayout::block_size(int b) const {
   return std::min(shard_size_, block_begin(b) + block_elems_) - block_begin(b);
@@ -70,7 +71,8 @@ WindowSpot ShardLayout::wire_params(std::size_t element) const {
 WindowSpot ShardLayout::grad(int worker, std::size_t element) const {
   if (slots_) {
     const std::size_t at = wire_bytes_ * (static_cast<std::size_t>(worker) * shard_size_ + element);
-    return single_ ? WindowSpot{0, grads_offset_ + static_cast<MPI_Aint>(at)} : WindowSpot{1, static_cast<MPI_Aint>(at)};
+    return single_ ? WindowSpot{0, grads_offset_ + static_cast<MPI_Aint>(at)}
+                   : WindowSpot{1, static_cast<MPI_Aint>(at)};
   }
   if (single_) return {0, grads_offset_ + static_cast<MPI_Aint>(4 * element)};
   // Stripe s holds blocks s, s + K, s + 2K, ... back to back.

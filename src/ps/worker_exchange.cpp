@@ -103,8 +103,8 @@ PushHandle WorkerExchange::push(const float* grad, std::size_t offset, std::size
   order_push(list);
   if (early_params_ && early_push_ == pushes_ + 1) {
     std::vector<Chunk> issued;
-    WorkerProtocol::EarlyPull early{bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_,
-                                    &early_left_, &issued};
+    WorkerProtocol::EarlyPull early{bf16_wire() ? static_cast<void*>(params_wire_.data()) : early_params_, &early_left_,
+                                    &issued};
     protocol_->push(to_wire(grad, offset, count), list, pushes_ + 1, &early);
     chunks_early_ += static_cast<std::int64_t>(issued.size());
     widen_later(issued, early_params_);
@@ -158,7 +158,9 @@ PullHandle WorkerExchange::pull(float* params, std::size_t offset, std::size_t c
     // reaching into a neighbouring range goes with whichever range is pulled first), with their
     // places in the whole buffer.
     DRT_ASSERT(params == early_params_ + offset, "pull() into another buffer than pull_during_push() named");
-    const auto outside = [&](const Chunk& c) { return c.at >= offset + count || c.at + static_cast<std::size_t>(c.count) <= offset; };
+    const auto outside = [&](const Chunk& c) {
+      return c.at >= offset + count || c.at + static_cast<std::size_t>(c.count) <= offset;
+    };
     const auto split = std::stable_partition(early_left_.begin(), early_left_.end(), outside);
     list.assign(split, early_left_.end());
     early_left_.erase(split, early_left_.end());

@@ -2,9 +2,10 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "drtrain/comm/agreement.hpp"
@@ -39,12 +40,13 @@ io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoin
     r.slots.emplace_back(range.size());
     view.slots.push_back(r.slots.back().data());
   }
-  const io::CheckpointMeta meta =
+  io::CheckpointMeta meta =
       io::read_checkpoint(job.topo.role_comm(), file, job.config.model, job.spec.layout(), slot_names(job), view);
   if (job.topo.role_index() == 0) {
     const double dt = now_seconds() - t0;
-    const double bytes = 4.0 * static_cast<double>(job.plan.total()) * (1 + view.slots.size());
-    log_info("read ", file, ": ", human_bytes(bytes), " in ", dt, " s (", human_bytes(bytes / dt), "/s, checksum verified)");
+    const double bytes = 4.0 * static_cast<double>(job.plan.total()) * static_cast<double>(1 + view.slots.size());
+    log_info("read ", file, ": ", human_bytes(bytes), " in ", dt, " s (", human_bytes(bytes / dt),
+             "/s, checksum verified)");
   }
   return meta;
 }
@@ -59,7 +61,8 @@ std::optional<io::CheckpointMeta> choose_and_read(const Job& job, ResumePoint& r
       r.file = c.resume;
       return m;
     } catch (const io::CheckpointError& e) {
-      throw ConfigError(str("--resume ", c.resume, ": ", e.what(), "; pass another checkpoint (drtrain-ckpt "
+      throw ConfigError(str("--resume ", c.resume, ": ", e.what(),
+                            "; pass another checkpoint (drtrain-ckpt "
                             "verify FILE checks one) or start without --resume"));
     }
   }
@@ -87,8 +90,8 @@ ResumePoint prepare_resume(const Job& job) {
   std::int64_t start[4] = {0, 0, 0, 0};
   if (topo.is_ps()) {
     try {
-      if (const auto m = choose_and_read(job, r)) start[0] = m->step, start[1] = m->global_batch, start[2] = m->epoch,
-                                                  start[3] = m->step_in_epoch;
+      if (const auto m = choose_and_read(job, r))
+        start[0] = m->step, start[1] = m->global_batch, start[2] = m->epoch, start[3] = m->step_in_epoch;
     } catch (const ConfigError& e) {
       error = e.what();
     } catch (const std::exception& e) {
@@ -113,16 +116,17 @@ ResumePoint prepare_resume(const Job& job) {
     throw ConfigError(str("--resume ", r.file, ": the checkpoint was written ", samples_in_epoch,
                           " samples into epoch ", start[2] + 1, " (step ", start[3], " at batch ", start[1],
                           "), which is not a whole number of batches of --batch-size ", batch,
-                          "; resume with a --batch-size that divides ", samples_in_epoch, " (for example ",
-                          start[1], "), or from a checkpoint written at an epoch boundary"));
+                          "; resume with a --batch-size that divides ", samples_in_epoch, " (for example ", start[1],
+                          "), or from a checkpoint written at an epoch boundary"));
   r.updates = start[0];
   r.epoch = static_cast<int>(start[2]);
   r.step_in_epoch = static_cast<int>(samples_in_epoch / batch);
   r.step = static_cast<std::int64_t>(r.epoch) * job.steps_per_epoch + r.step_in_epoch;
   if (topo.is_chief() && start[1] != batch)
-    log_info("the checkpoint's batch was ", start[1], ": the step counter and the learning-rate schedule continue "
-             "from the position in the data (step ", r.step, " at batch ", batch, "), Adam's bias correction from the ",
-             r.updates, " updates applied");
+    log_info("the checkpoint's batch was ", start[1],
+             ": the step counter and the learning-rate schedule continue "
+             "from the position in the data (step ",
+             r.step, " at batch ", batch, "), Adam's bias correction from the ", r.updates, " updates applied");
   return r;
 }
 
@@ -153,7 +157,8 @@ Checkpointer::~Checkpointer() {
 std::int64_t Checkpointer::updates_at(std::int64_t step) const { return first_update_ + (step - first_step_); }
 
 double Checkpointer::checkpoint_bytes() const {
-  return 4.0 * static_cast<double>(job_.plan.total()) * (1 + server_.optimizer().slot_names().size());
+  return 4.0 * static_cast<double>(job_.plan.total()) *
+         static_cast<double>(1 + server_.optimizer().slot_names().size());
 }
 
 io::ShardView Checkpointer::live_view() const {
@@ -182,18 +187,16 @@ void Checkpointer::after_step(std::int64_t step) {
     DRT_MPI_CHECK(MPI_Bcast(&verdict, 1, MPI_INT, 0, job_.topo.role_comm().get()));
     if (verdict == kSkip) {
       if (lead && skipped_++ == 0)
-        log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ",
-                    in_flight_->updates, " is still being written in the background (checkpoints are due faster "
+        log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ", in_flight_->updates,
+                    " is still being written in the background (checkpoints are due faster "
                     "than the file system writes them: raise --checkpoint-every or --checkpoint-secs)");
       return;
     }
     due = verdict == kSave;
   }
   if (!due) return;
-  if (c.checkpoint_async)
-    start_async(step);
-  else
-    save_now(step);
+  if (c.checkpoint_async) start_async(step);
+  else save_now(step);
 }
 
 void Checkpointer::finish(std::int64_t step) {
@@ -213,7 +216,8 @@ io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
   m.step = updates_at(step);  // updates applied in all runs; the data position is below
   m.epoch = step / job_.steps_per_epoch;
   m.step_in_epoch = step % job_.steps_per_epoch;
-  m.samples_seen = m.epoch * job_.train_count + std::min<std::int64_t>(m.step_in_epoch * c.batch_size, job_.train_count);
+  m.samples_seen =
+      m.epoch * job_.train_count + std::min<std::int64_t>(m.step_in_epoch * c.batch_size, job_.train_count);
   m.global_batch = c.batch_size;
   m.model = c.model;
   m.optimizer = optim::to_string(job_.optimizer.kind);
@@ -227,7 +231,8 @@ io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
   return m;
 }
 
-void Checkpointer::publish(const std::string& temp, const std::string& final_path, double bytes, const std::string& how) {
+void Checkpointer::publish(const std::string& temp, const std::string& final_path, double bytes,
+                           const std::string& how) {
   io::publish_checkpoint(temp, final_path);
   const auto removed = io::apply_retention(job_.config.checkpoint_dir, job_.config.keep);
   log_info("checkpoint ", final_path, ": ", human_bytes(bytes), " ", how,
@@ -244,8 +249,8 @@ void Checkpointer::save_now(std::int64_t step) {
   std::function<void()> fault;
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
   if (lead && test_fault(str("checkpoint-write:", updates))) fault = [] { raise(SIGKILL); };
-  io::write_checkpoint(job_.topo.role_comm(), temp, meta(step), job_.spec.layout(),
-                       server_.optimizer().slot_names(), live_view(), fault);
+  io::write_checkpoint(job_.topo.role_comm(), temp, meta(step), job_.spec.layout(), server_.optimizer().slot_names(),
+                       live_view(), fault);
   // Every PS's part is on disk and PS 0 has closed the file.
   if (lead) {
     const double dt = now_seconds() - t0, bytes = checkpoint_bytes();
@@ -279,7 +284,8 @@ void Checkpointer::start_async(std::int64_t step) {
   SnapshotWriter::Faults faults;
   if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 3.0;
   faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
-  writer_.start(std::move(parts), live_view(), faults);  // the snapshot: the serve loop may change the shard from here on
+  writer_.start(std::move(parts), live_view(),
+                faults);  // the snapshot: the serve loop may change the shard from here on
   last_saved_ = step;
   last_time_ = now_seconds();
   f->paused_s = last_time_ - t0;
@@ -316,11 +322,11 @@ bool Checkpointer::advance() {
 void Checkpointer::complete_in_flight() {
   const InFlight& f = *in_flight_;
   if (f.sums[1] > 0)
-    throw Error(str("checkpoint ", f.final_path, ": ",
-                    f.error.empty() ? str(f.sums[1], " other PS could not write their part (their messages say why)")
-                                    : f.error,
-                    "; nothing was published: make room on the file system or pass another --checkpoint-dir, then "
-                    "--resume continues from the newest checkpoint there"));
+    throw Error(
+        str("checkpoint ", f.final_path, ": ",
+            f.error.empty() ? str(f.sums[1], " other PS could not write their part (their messages say why)") : f.error,
+            "; nothing was published: make room on the file system or pass another --checkpoint-dir, then "
+            "--resume continues from the newest checkpoint there"));
   if (job_.topo.role_index() != 0) return;
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
   if (test_fault(str("checkpoint-write:", f.updates))) raise(SIGKILL);
@@ -328,7 +334,7 @@ void Checkpointer::complete_in_flight() {
   const double dt = now_seconds() - f.started, bytes = static_cast<double>(f.bytes);
   publish(f.temp, f.final_path, bytes,
           str("in ", dt, " s in the background (", human_bytes(bytes / dt), "/s; training paused ",
-              static_cast<int>(1e3 * f.paused_s + 0.5), " ms for the snapshot of step ", f.step, ")"));
+              std::lround(1e3 * f.paused_s), " ms for the snapshot of step ", f.step, ")"));
 }
 
 void Checkpointer::wait_in_flight() {
@@ -343,11 +349,13 @@ void Checkpointer::wait_in_flight() {
       waiter = comm::PollWaiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
     }
     if (!waiter.pause())
-      throw HangError(str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for the checkpoint ",
-                          in_flight_->final_path, in_flight_->reducing
-                              ? " to be written by the other PS; one of them is dead, stopped or its file system is stuck"
-                              : ": this PS's writes have not progressed; its file system is stuck",
-                          " (raise --hang-timeout if it is only slow)"));
+      throw HangError(
+          str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for the checkpoint ",
+              in_flight_->final_path,
+              in_flight_->reducing
+                  ? " to be written by the other PS; one of them is dead, stopped or its file system is stuck"
+                  : ": this PS's writes have not progressed; its file system is stuck",
+              " (raise --hang-timeout if it is only slow)"));
   }
 }
 

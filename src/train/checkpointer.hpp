@@ -28,8 +28,8 @@
 #include "drtrain/io/checkpoint.hpp"
 #include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/ps/server.hpp"
-#include "job.hpp"
 #include "drtrain/train/snapshot_writer.hpp"
+#include "job.hpp"
 
 namespace drt::train {
 
@@ -39,7 +39,7 @@ struct ResumePoint {
   std::int64_t step = 0;
   std::int64_t updates = 0;          // optimizer updates already applied (0: fresh start)
   int epoch = 0, step_in_epoch = 0;  // the data cursor of the next step, for this run's batch
-  std::string file;                // the checkpoint, empty for a fresh start
+  std::string file;                  // the checkpoint, empty for a fresh start
   // PS only: this PS's shard of the parameters and of each optimizer slot, read from the file.
   AlignedBuffer<float> params;
   std::vector<AlignedBuffer<float>> slots;
@@ -72,12 +72,12 @@ class Checkpointer {
   struct InFlight {
     std::int64_t step = 0, updates = 0;
     std::string temp, final_path;
-    double started = 0.0;          // now_seconds() at the step boundary
-    double paused_s = 0.0;         // how long the serve loop stopped for the snapshot and the file
-    std::size_t bytes = 0;         // of the whole checkpoint
-    bool reducing = false;         // this PS's part is written; the completion reduction is posted
+    double started = 0.0;            // now_seconds() at the step boundary
+    double paused_s = 0.0;           // how long the serve loop stopped for the snapshot and the file
+    std::size_t bytes = 0;           // of the whole checkpoint
+    bool reducing = false;           // this PS's part is written; the completion reduction is posted
     std::uint64_t sums[2] = {0, 0};  // this PS's checksum term and failed parts, then every PS's
-    std::string error;             // this PS's write failure
+    std::string error;               // this PS's write failure
     MPI_Request request = MPI_REQUEST_NULL;
   };
 

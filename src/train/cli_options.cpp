@@ -10,7 +10,8 @@ namespace {
 // ConfigError lists the choices) into `out`.
 template <typename E, typename Parse>
 po::typed_value<std::string>* choice(E& out, const std::string& shown, Parse parse) {
-  return po::value<std::string>()->default_value(shown)->notifier([&out, parse](const std::string& s) { out = parse(s); });
+  return po::value<std::string>()->default_value(shown)->notifier(
+      [&out, parse](const std::string& s) { out = parse(s); });
 }
 
 // Access to the placeholder values of a Boost error (protected members, reached through a
@@ -39,6 +40,8 @@ std::string po_error_message(const po::error& e) {
 
 po::options_description layout_options(LayoutOptions& out) {
   po::options_description d("Layout");
+  // One option a line (clang-format 14 runs add_options() chains together).
+  // clang-format off
   d.add_options()
       ("num-ps", po::value<int>(&out.num_ps)->default_value(out.num_ps),
        "parameter-server ranks; the other ranks are workers")
@@ -47,11 +50,14 @@ po::options_description layout_options(LayoutOptions& out) {
       ("expect-ranks", po::value<int>(&out.expect_ranks)->default_value(out.expect_ranks),
        "fail unless MPI reports exactly this many ranks (job scripts pass $SLURM_NTASKS: catches a "
        "launcher that starts singletons); 0: no check");
+  // clang-format on
   return d;
 }
 
 po::options_description exchange_options(ps::ExchangeConfig& out) {
   po::options_description d("Exchange");
+  // One option a line (clang-format 14 runs add_options() chains together).
+  // clang-format off
   d.add_options()
       ("rma-sync", choice(out.sync, ps::to_string(out.sync), ps::parse_rma_sync),
        "RMA synchronisation: passive (lock_all + flush + arrival/version words) | fence")
@@ -73,11 +79,14 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
        "longest sleep between two polls of a waiting rank, microseconds (shorter: less latency, more CPU)")
       ("hang-timeout", po::value<double>(&out.hang_timeout_s)->default_value(out.hang_timeout_s),
        "seconds a rank waits for a peer before it reports the peer and aborts the job");
+  // clang-format on
   return d;
 }
 
 po::options_description optimizer_options(optim::OptimizerConfig& out) {
   po::options_description d("Optimizer (applied by the PS to its shard)");
+  // One option a line (clang-format 14 runs add_options() chains together).
+  // clang-format off
   d.add_options()
       ("optimizer", choice(out.kind, optim::to_string(out.kind), optim::parse_optimizer),
        "sgd | adam | adamw")
@@ -99,6 +108,7 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
        "step schedule: multiply the lr by this")
       ("min-lr", po::value<double>(&out.schedule.min_lr)->default_value(out.schedule.min_lr),
        "cosine schedule: final learning rate");
+  // clang-format on
   return d;
 }
 
@@ -106,8 +116,9 @@ po::parsed_options parse_flags(int argc, char** argv, const po::options_descript
   po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).run();
   for (const po::option& o : parsed.options)
     if (o.position_key >= 0 || o.string_key.empty())
-      throw ConfigError(str("unexpected argument '", o.original_tokens.empty() ? std::string() : o.original_tokens.front(),
-                            "': options only (--name value or --name=value); a value with spaces needs quotes; see --help"));
+      throw ConfigError(
+          str("unexpected argument '", o.original_tokens.empty() ? std::string() : o.original_tokens.front(),
+              "': options only (--name value or --name=value); a value with spaces needs quotes; see --help"));
   return parsed;
 }
 

@@ -64,7 +64,8 @@ void warn_about_shared_gpus(const DevicePlan& plan, int towers, const comm::Topo
       if (r == node.rank()) continue;
       for (std::size_t u = 0; u < static_cast<std::size_t>(towers); ++u)
         if (id == std::string(all.data() + static_cast<std::size_t>(r) * per_rank + u * kIdChars)) {
-          log_warning(topo.my_name(), " shares GPU ", id, " with another rank of its node: give each rank its own "
+          log_warning(topo.my_name(), " shares GPU ", id,
+                      " with another rank of its node: give each rank its own "
                       "GPUs (e.g. srun --gpus-per-task) or let every rank see all of them; training is correct but "
                       "slower");
           return;

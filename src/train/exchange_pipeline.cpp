@@ -10,7 +10,11 @@ namespace drt::train {
 
 ExchangePipeline::ExchangePipeline(ps::WorkerExchange& exchange, const std::vector<Range>& layers,
                                    std::size_t bucket_elems, const float* grads, float* params, Timeline& timeline)
-    : exchange_(exchange), grads_(grads), params_(params), timeline_(timeline), ready_from_(exchange.total()),
+    : exchange_(exchange),
+      grads_(grads),
+      params_(params),
+      timeline_(timeline),
+      ready_from_(exchange.total()),
       next_bucket_(0) {
   // Whole layers from the last backwards, each bucket at least bucket_elems long.
   std::size_t end = exchange.total(), expected = exchange.total();
@@ -148,10 +152,8 @@ void ExchangePipeline::run() {
       busy_ = true;
     }
     try {
-      if (task.push)
-        push(task);
-      else
-        pull_all(task);
+      if (task.push) push(task);
+      else pull_all(task);
     } catch (...) {
       {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -80,29 +80,29 @@ class ExchangePipeline {
     std::int64_t version = 0;  // the parameters' version this task leads to (1 + backward_done() calls)
     std::int64_t step = 0;     // training step, for the timeline
   };
-  void run();                      // the exchange thread
+  void run();  // the exchange thread
   void push(const Task& task);
   void pull_all(const Task& task);
-  void rethrow_if_failed();        // with mutex_ held
+  void rethrow_if_failed();  // with mutex_ held
   void add_times(const ps::ExchangeTimes& t);
 
   ps::WorkerExchange& exchange_;
-  std::vector<Range> buckets_;     // forward order
+  std::vector<Range> buckets_;  // forward order
   const float* grads_;
   float* params_;
   Timeline& timeline_;
   std::function<void(std::int64_t)> after_pull_;
 
   // Compute thread only.
-  std::size_t ready_from_;         // [ready_from_, total) has reported this step
-  std::size_t next_bucket_;        // buckets_[next_bucket_ ..] are queued (counted from the back)
+  std::size_t ready_from_;           // [ready_from_, total) has reported this step
+  std::size_t next_bucket_;          // buckets_[next_bucket_ ..] are queued (counted from the back)
   std::int64_t wanted_version_ = 0;  // backward_done() calls so far
   std::int64_t step_ = 0;
 
   std::mutex mutex_;
-  std::condition_variable wake_;   // tasks for the thread / progress for the compute thread
+  std::condition_variable wake_;  // tasks for the thread / progress for the compute thread
   std::deque<Task> tasks_;
-  bool busy_ = false;              // the thread is working on a task
+  bool busy_ = false;  // the thread is working on a task
   bool stop_ = false;
   std::exception_ptr failure_;
   std::vector<std::int64_t> pulled_;  // per bucket: the version in place (0: the initial pull)

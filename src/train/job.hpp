@@ -32,15 +32,15 @@ struct Job {
   int steps_per_epoch = 0;
   std::int64_t total_steps = 0;
   int blas_threads = 1;
-  DevicePlan devices{};  // this rank's (PS: cpu)
+  DevicePlan devices{};          // this rank's (PS: cpu)
   Timeline* timeline = nullptr;  // never null once the run starts (disabled without --timeline)
 };
 
 // What a rank measured, gathered at the end for the summary.
 struct RankReport {
-  double wall_s = 0.0;    // from the start of training to the end
-  double cpu_s = 0.0;     // process CPU time over the same span
-  double busy_s = 0.0;    // PS: applying and publishing; worker: compute + exchange
+  double wall_s = 0.0;  // from the start of training to the end
+  double cpu_s = 0.0;   // process CPU time over the same span
+  double busy_s = 0.0;  // PS: applying and publishing; worker: compute + exchange
   double test_accuracy = 0.0, test_loss = 0.0, samples_per_s = 0.0;  // chief only
   std::int64_t steps = 0;  // the step counter at the end: total_steps, or fewer when stopped
   int stop_signal = 0;     // the signal that stopped the run early, 0 if none

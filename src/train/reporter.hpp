@@ -17,9 +17,9 @@ class Reporter {
   Reporter& operator=(const Reporter&) = delete;
 
   bool active() const { return active_; }
-  void line(const std::string& text);       // stdout, flushed
-  void record(const JsonLine& json);        // metrics file, flushed
-  void summary(const JsonLine& json);       // stdout and metrics file
+  void line(const std::string& text);  // stdout, flushed
+  void record(const JsonLine& json);   // metrics file, flushed
+  void summary(const JsonLine& json);  // stdout and metrics file
 
  private:
   bool active_;

@@ -27,10 +27,8 @@ std::vector<double> clock_offsets(const comm::Comm& world, double timeout_s, int
   // a quick answer is timed without a nap in between).
   auto exchange = [&](void* buf, int count, MPI_Datatype type, int peer, bool send) {
     MPI_Request request = MPI_REQUEST_NULL;
-    if (send)
-      DRT_MPI_CHECK(MPI_Isend(buf, count, type, peer, kTag, world.get(), &request));
-    else
-      DRT_MPI_CHECK(MPI_Irecv(buf, count, type, peer, kTag, world.get(), &request));
+    if (send) DRT_MPI_CHECK(MPI_Isend(buf, count, type, peer, kTag, world.get(), &request));
+    else DRT_MPI_CHECK(MPI_Irecv(buf, count, type, peer, kTag, world.get(), &request));
     comm::wait_request(request, timeout_s, max_nap_us,
                        [&] { return str("the timeline's clock ping-pong with rank ", peer); });
   };
@@ -113,7 +111,8 @@ std::uint64_t Timeline::write(const comm::Topology& topo, const std::string& pat
     const std::uint64_t rank_dropped = std::stoull(line.substr(tab + 1));
     dropped += rank_dropped;
     line.resize(tab);
-    tracks.push_back(rank_dropped ? str(line, " (", rank_dropped, " later spans dropped: --timeline-max-spans)") : line);
+    tracks.push_back(rank_dropped ? str(line, " (", rank_dropped, " later spans dropped: --timeline-max-spans)")
+                                  : line);
     while (next_line(line)) {
       std::istringstream f(line);
       Event e{"", 0, 0, -1, r};
@@ -134,13 +133,33 @@ std::uint64_t Timeline::write(const comm::Topology& topo, const std::string& pat
   if (!out) throw Error(str("--timeline ", path, ": cannot open for writing"));
   std::fprintf(out, "{\"displayTimeUnit\":\"ms\",\"otherData\":%s,\"traceEvents\":[\n",
                JsonLine().add("drtrain_dropped_spans", static_cast<std::int64_t>(dropped)).str().c_str());
-  std::fprintf(out, "%s", JsonLine().add("name", "process_name").add("ph", "M").add("pid", 0)
-                              .add_object("args", JsonLine().add("name", "drtrain")).str().c_str());
+  std::fprintf(out, "%s",
+               JsonLine()
+                   .add("name", "process_name")
+                   .add("ph", "M")
+                   .add("pid", 0)
+                   .add_object("args", JsonLine().add("name", "drtrain"))
+                   .str()
+                   .c_str());
   const auto name_track = [&](int tid, const std::string& name, int sort_index) {
-    std::fprintf(out, ",\n%s", JsonLine().add("name", "thread_name").add("ph", "M").add("pid", 0).add("tid", tid)
-                                   .add_object("args", JsonLine().add("name", name)).str().c_str());
-    std::fprintf(out, ",\n%s", JsonLine().add("name", "thread_sort_index").add("ph", "M").add("pid", 0).add("tid", tid)
-                                   .add_object("args", JsonLine().add("sort_index", sort_index)).str().c_str());
+    std::fprintf(out, ",\n%s",
+                 JsonLine()
+                     .add("name", "thread_name")
+                     .add("ph", "M")
+                     .add("pid", 0)
+                     .add("tid", tid)
+                     .add_object("args", JsonLine().add("name", name))
+                     .str()
+                     .c_str());
+    std::fprintf(out, ",\n%s",
+                 JsonLine()
+                     .add("name", "thread_sort_index")
+                     .add("ph", "M")
+                     .add("pid", 0)
+                     .add("tid", tid)
+                     .add_object("args", JsonLine().add("sort_index", sort_index))
+                     .str()
+                     .c_str());
   };
   for (int r = 0; r < world.size(); ++r) {  // a rank's exchange thread right below its main track
     name_track(r, tracks[static_cast<std::size_t>(r)], 2 * r);
@@ -149,8 +168,12 @@ std::uint64_t Timeline::write(const comm::Topology& topo, const std::string& pat
   }
   for (const Event& e : events) {
     JsonLine j;
-    j.add("name", e.name).add("ph", "X").add("pid", 0).add("tid", e.tid)
-        .add("ts", (e.start - origin) * 1e6).add("dur", std::max(0.0, e.end - e.start) * 1e6);
+    j.add("name", e.name)
+        .add("ph", "X")
+        .add("pid", 0)
+        .add("tid", e.tid)
+        .add("ts", (e.start - origin) * 1e6)
+        .add("dur", std::max(0.0, e.end - e.start) * 1e6);
     if (e.step >= 0) j.add_object("args", JsonLine().add("step", static_cast<std::int64_t>(e.step)));
     std::fprintf(out, ",\n%s", j.str().c_str());
   }

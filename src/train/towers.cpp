@@ -4,6 +4,8 @@
 //
 // On GPUs every tower's work is queued on its own stream before any host wait, so the towers
 // compute concurrently while one host thread drives them.
+#include "drtrain/train/towers.hpp"
+
 #include <algorithm>
 #include <vector>
 
@@ -12,7 +14,6 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/nn/network.hpp"
-#include "drtrain/train/towers.hpp"
 
 namespace drt::train {
 namespace {

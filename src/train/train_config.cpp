@@ -17,6 +17,8 @@ namespace {
 
 po::options_description training_options(TrainConfig& c, std::string& config_file) {
   po::options_description d("Training");
+  // One option a line (clang-format 14 runs add_options() chains together).
+  // clang-format off
   d.add_options()
       ("config", po::value<std::string>(&config_file), "INI file with any of these options (key = value); "
        "the command line wins")
@@ -75,16 +77,17 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("resume", po::value<std::string>(&c.resume)->implicit_value("latest"),
        "continue from the newest valid checkpoint in --checkpoint-dir (--resume), or from a file "
        "(--resume FILE)");
+  // clang-format on
   return d;
 }
 
-const char* kVersionText = "drtrain " DRT_VERSION_STRING " (CUDA backend: " 
+const char* kVersionText = "drtrain " DRT_VERSION_STRING " (CUDA backend: "
 #if DRT_HAVE_CUDA
-    "built"
+                           "built"
 #else
-    "not built"
+                           "not built"
 #endif
-    ")";
+                           ")";
 
 }  // namespace
 
@@ -122,20 +125,22 @@ std::string TrainConfig::to_ini() const {
   o << "# drtrain configuration (drtrain --print-config); load with --config FILE\n"
     << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir
     << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
-    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
-    << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false") << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false")
-    << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
-    << "\ntimeline-max-spans = " << timeline_max_spans << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads
+    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
+    << "\ndevice = " << device << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
+    << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\nseed = " << seed
+    << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\ntimeline-max-spans = " << timeline_max_spans
+    << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
     << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
-    << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps << "\nps-placement = " << comm::to_string(layout.placement)
-    << "\nexpect-ranks = " << layout.expect_ranks
+    << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps
+    << "\nps-placement = " << comm::to_string(layout.placement) << "\nexpect-ranks = " << layout.expect_ranks
     << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
-    << "\ndeterministic = " << (exchange.deterministic ? "true" : "false") << "\nwire = " << ps::to_string(exchange.wire)
-    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << exchange.hang_timeout_s
+    << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
+    << "\nwire = " << ps::to_string(exchange.wire) << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024
+    << "\nhang-timeout = " << exchange.hang_timeout_s
     << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
     << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")
     << "\nbeta1 = " << optimizer.beta1 << "\nbeta2 = " << optimizer.beta2 << "\neps = " << optimizer.eps
@@ -149,12 +154,19 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
   TrainConfig c;
   std::string config_file;
   po::options_description general("General");
+  // One option a line (clang-format 14 runs add_options() chains together).
+  // clang-format off
   general.add_options()("help,h", "show this help and exit")("version", "show the version and exit")
       ("print-config", "print the resolved configuration as an INI file and exit");
-  po::options_description all("drtrain: synchronous data-parallel training with sharded parameter servers over MPI RMA\n"
-                              "usage: mpirun -n N drtrain [options]");
-  all.add(general).add(training_options(c, config_file)).add(layout_options(c.layout))
-      .add(exchange_options(c.exchange)).add(optimizer_options(c.optimizer));
+  // clang-format on
+  po::options_description all(
+      "drtrain: synchronous data-parallel training with sharded parameter servers over MPI RMA\n"
+      "usage: mpirun -n N drtrain [options]");
+  all.add(general)
+      .add(training_options(c, config_file))
+      .add(layout_options(c.layout))
+      .add(exchange_options(c.exchange))
+      .add(optimizer_options(c.optimizer));
   po::variables_map vm;
   try {
     po::store(parse_flags(argc, argv, all), vm);

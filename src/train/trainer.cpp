@@ -3,24 +3,25 @@
 
 #include <sched.h>
 #include <signal.h>
+
 #include <algorithm>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "drtrain/backend/backend.hpp"
-#include "drtrain/config.hpp"
-#include "drtrain/data/epoch_plan.hpp"
 #include "drtrain/comm/agreement.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/rma_component.hpp"
 #include "drtrain/comm/watchdog.hpp"
+#include "drtrain/config.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
+#include "drtrain/data/epoch_plan.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
 #include "drtrain/ps/server.hpp"
 #include "checkpointer.hpp"
@@ -115,9 +116,9 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(str("model ", job.spec.describe()));
   out.line(str("data ", c.dataset == "synthetic" ? "synthetic" : c.data_dir, ": ", job.train_count, " train, ",
                job.test_count, " test images; pixels / 255"));
-  out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ", c.batch_size / (w * c.towers),
-               "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps, " steps in all; BLAS threads per worker ",
-               job.blas_threads));
+  out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ",
+               c.batch_size / (w * c.towers), "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps,
+               " steps in all; BLAS threads per worker ", job.blas_threads));
   out.line(str("device ", job.devices.describe(), " (the chief's; --device ", c.device, ")"));
   out.line(str("optimizer ", job.optimizer.describe()));
   out.line(str("exchange ", c.exchange.describe(job.topo.num_nodes())));
@@ -130,7 +131,8 @@ void print_setup(const Job& job, Reporter& out) {
     std::size_t largest = 0;
     for (int p = 0; p < job.plan.num_shards(); ++p) largest = std::max(largest, job.plan.shard(p).size());
     const double snapshot = 4.0 * static_cast<double>(largest) * (1 + job.optimizer.num_slots());
-    out.line(str("checkpoints to ", c.checkpoint_dir, c.checkpoint_async
+    out.line(str("checkpoints to ", c.checkpoint_dir,
+                 c.checkpoint_async
                      ? str(": written in the background from a snapshot of each shard (up to ", human_bytes(snapshot),
                            " more per PS; --checkpoint-async false: none, training waits for each save)")
                      : std::string(": written by the PS while training waits (--checkpoint-async false)")));
@@ -142,14 +144,13 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   load_into(resume, server);
   Checkpointer checkpoints(job, server, resume);
   if (job.timeline->enabled())
-    server.set_span_sink([&job](const char* name, double a, double b, std::int64_t step) {
-      job.timeline->span(name, a, b, step);
-    });
+    server.set_span_sink(
+        [&job](const char* name, double a, double b, std::int64_t step) { job.timeline->span(name, a, b, step); });
   server.start();
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   server.serve([&](std::int64_t step) {
     comm::Watchdog::beat("PS step");
-    if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
+    if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);        // hang watchdog tests
     if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1))) raise(SIGTERM);  // stop signal tests
     vote.cast(step - 1);  // `step` steps are done: the vote on the last one
     checkpoints.after_step(step);
@@ -227,20 +228,21 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
   print_setup(job, *reporter);
   if (!resume.file.empty() && resume.step >= job.total_steps)
-    reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: nothing left to train (it is ",
-                       resume.step, " steps into the data; this run ends at step ", job.total_steps,
+    reporter->line(str("resuming from ", resume.file, " after ", resume.updates,
+                       " updates: nothing left to train (it is ", resume.step,
+                       " steps into the data; this run ends at step ", job.total_steps,
                        "; raise --epochs or --max-steps to train on)"));
   else if (!resume.file.empty())
-    reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1, " of ",
-                       job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch, " steps into it)"));
+    reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1,
+                       " of ", job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch,
+                       " steps into it)"));
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
   StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);
-  const RankReport mine =
-      topo.is_ps() ? run_ps(job, resume, vote)
-                   : run_worker(job, *datasets.train, *datasets.test, *reporter, resume, vote,
-                                outputs ? &outputs->final_params : nullptr);
+  const RankReport mine = topo.is_ps() ? run_ps(job, resume, vote)
+                                       : run_worker(job, *datasets.train, *datasets.test, *reporter, resume, vote,
+                                                    outputs ? &outputs->final_params : nullptr);
   if (outputs) {
     outputs->test_accuracy = mine.test_accuracy;
     outputs->test_loss = mine.test_loss;
@@ -252,7 +254,8 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
         timeline.write(topo, config.timeline, config.exchange.hang_timeout_s, config.exchange.max_nap_us);
     reporter->line(str("timeline: ", config.timeline, " (open in chrome://tracing or ui.perfetto.dev)",
                        dropped ? str("; ", dropped, " spans beyond --timeline-max-spans ", config.timeline_max_spans,
-                                     " per rank were dropped") : std::string()));
+                                     " per rank were dropped")
+                               : std::string()));
   }
   final_report(job, mine, now_seconds() - start, *reporter);
   comm::Watchdog::disarm();

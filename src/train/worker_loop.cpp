@@ -14,13 +14,13 @@
 #include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/towers.hpp"
 #include "checkpointer.hpp"
-#include "drtrain/core/stop_signals.hpp"
 #include "exchange_pipeline.hpp"
 #include "job.hpp"
 #include "reporter.hpp"
@@ -109,11 +109,11 @@ class WorkerLoop {
       pipeline_.reset();  // joins the exchange thread
     }
     if (stopped_by) {
-      out_.line(str("stopping after step ", step, " of ", job_.total_steps, ": ", signal_name(stopped_by),
-                    " reached a rank; ", job_.config.checkpoint_dir.empty()
-                                             ? std::string("no --checkpoint-dir, so nothing is saved")
+      out_.line(str(
+          "stopping after step ", step, " of ", job_.total_steps, ": ", signal_name(stopped_by), " reached a rank; ",
+          job_.config.checkpoint_dir.empty() ? std::string("no --checkpoint-dir, so nothing is saved")
                                              : "the PS save a checkpoint; run again with --resume to continue",
-                    " (exit status ", kStoppedExitStatus, ")"));
+          " (exit status ", kStoppedExitStatus, ")"));
     } else if (!evaluated_last && job_.config.eval) {
       evaluate(job_.total_steps - 1, -1);
     }
@@ -166,10 +166,9 @@ class WorkerLoop {
       out_.line(str("overlap off (", why_not, "): push, pull and compute one after the other"));
       return;
     }
-    pipeline_ = std::make_unique<ExchangePipeline>(exchange_, towers_->param_ranges(),
-                                                   job_.config.bucket_kib * 1024 / sizeof(float),
-                                                   towers_->hooked_gradients(), towers_->parameter_staging(),
-                                                   *job_.timeline);
+    pipeline_ = std::make_unique<ExchangePipeline>(
+        exchange_, towers_->param_ranges(), job_.config.bucket_kib * 1024 / sizeof(float), towers_->hooked_gradients(),
+        towers_->parameter_staging(), *job_.timeline);
     nn::LayerHooks hooks;
     hooks.before_forward = [this](std::size_t b, std::size_t e) { pipeline_->await_params(b, e); };
     hooks.grads_ready = [this](std::size_t b, std::size_t e) { pipeline_->grads_ready(b, e); };
@@ -212,7 +211,7 @@ class WorkerLoop {
   // split.
   float start_step(const data::WorkerBatch& batch, std::int64_t step) const {
     comm::Watchdog::beat("training step");
-    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
+    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);    // tests of the hang watchdog
     if (test_fault(str("signal:", topo_.world_rank(), ":", step))) raise(SIGTERM);  // tests of stop signals
     return static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
   }
@@ -316,11 +315,12 @@ class WorkerLoop {
     const Stragglers s = stragglers(what);
     out_.line(str("epoch ", batch.epoch + 1, "/", job_.config.epochs, " step ", batch.step_in_epoch + 1, "/",
                   batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  loss ", fixed(loss, 4),
-                  "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate), " samples/s  ETA ", clock_text(eta)));
+                  "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate), " samples/s  ETA ",
+                  clock_text(eta)));
     if (topo_.num_workers() > 1)
       out_.line(str("  step ms over workers: median ", fixed(s.median, 2), ", p90 ", fixed(s.p90, 2), ", max ",
-                    fixed(s.max, 2), "; slowest ", topo_.worker_name(s.slowest), " (median ", fixed(s.slowest_median, 2),
-                    ")"));
+                    fixed(s.max, 2), "; slowest ", topo_.worker_name(s.slowest), " (median ",
+                    fixed(s.slowest_median, 2), ")"));
     out_.record(JsonLine()
                     .add("step", static_cast<std::int64_t>(step + 1))
                     .add("epoch", batch.epoch + 1)
@@ -392,7 +392,8 @@ class WorkerLoop {
     comm::Watchdog::beat("evaluation");
     drain();
     const double start = now_seconds();
-    const backend::LossSums sums = towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
+    const backend::LossSums sums =
+        towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
     Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
     reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
     last_eval_ = t;

@@ -58,7 +58,8 @@ TEST(CudaBackend, GemmMatchesCpuForEveryTransposition) {
   for (const auto [m, n, k] : {std::array<int, 3>{7, 13, 5}, std::array<int, 3>{65, 33, 129}})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
-        const auto a = random_floats(static_cast<std::size_t>(m) * k, 2), b = random_floats(static_cast<std::size_t>(k) * n, 3);
+        const auto a = random_floats(static_cast<std::size_t>(m) * k, 2),
+                   b = random_floats(static_cast<std::size_t>(k) * n, 3);
         const auto c0 = random_floats(static_cast<std::size_t>(m) * n, 4);
         std::vector<float> expected = c0;
         p.cpu->gemm(ta, tb, m, n, k, 0.5f, a.data(), b.data(), 0.25f, expected.data());
@@ -131,7 +132,8 @@ TEST(CudaBackend, ConvolutionMatchesCpu) {
     EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), nx), dx, kGradTol)) << "input";
     // Without dx (a first layer) the parameter gradients are the same.
     poison(*p.gpu, gdw.floats(), nw);
-    p.gpu->conv2d_backward(s, gx.floats(), gw.floats(), gdy.floats(), gdw.floats(), gdb.floats(), nullptr, gws.floats());
+    p.gpu->conv2d_backward(s, gx.floats(), gw.floats(), gdy.floats(), gdw.floats(), gdb.floats(), nullptr,
+                           gws.floats());
     EXPECT_TRUE(all_close(download(*p.gpu, gdw.floats(), nw), dw, kGradTol)) << "weights without dx";
   }
 }
@@ -162,7 +164,8 @@ TEST(CudaBackend, SoftmaxCrossEntropyAccumulatesLikeCpuAndRejectsBadLabels) {
   const auto z = random_floats(static_cast<std::size_t>(rows) * classes, 30, 3.0f);
   auto labels = random_labels(rows, classes, 31);
   std::vector<float> d(z.size());
-  const backend::LossSums expected = p.cpu->softmax_cross_entropy(z.data(), labels.data(), rows, classes, d.data(), 0.125f);
+  const backend::LossSums expected =
+      p.cpu->softmax_cross_entropy(z.data(), labels.data(), rows, classes, d.data(), 0.125f);
   DeviceBuffer gz = upload(*p.gpu, z), gl = upload(*p.gpu, labels), gd = p.gpu->allocate_floats(z.size());
   poison(*p.gpu, gd.floats(), z.size());
   p.gpu->accumulate_softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, gd.floats(), 0.125f);

@@ -106,7 +106,8 @@ TEST(CudaTowers, TrainingOnGpuTowersMatchesCpuTowers) {
     // cuDNN, NCCL vs OpenBLAS, oneDNN), a few 1e-6 relative per step. The CNN may also decide
     // a near-tie of a ReLU or max pool differently (device_compare.hpp, mostly_close).
     const bool cnn = std::string(model) == "cnn";
-    EXPECT_TRUE(cnn ? testing_support::mostly_close(got, expected, 1e-4, got.size() / 500) : all_close(got, expected, 1e-4))
+    EXPECT_TRUE(cnn ? testing_support::mostly_close(got, expected, 1e-4, got.size() / 500)
+                    : all_close(got, expected, 1e-4))
         << model << " on " << towers << " GPU tower(s)";
   }
 }

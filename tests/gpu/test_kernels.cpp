@@ -90,20 +90,21 @@ template <typename T, typename Ok>
 
 ::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want,
                                      const std::string& what) {
-  return compare(got, want, [](float a, float b) { return bits(a) == bits(b); }, what);
+  return compare(
+      got, want, [](float a, float b) { return bits(a) == bits(b); }, what);
 }
 ::testing::AssertionResult same_bits(const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
                                      const std::string& what) {
-  return compare(got, want, [](std::uint16_t a, std::uint16_t b) { return a == b; }, what);
+  return compare(
+      got, want, [](std::uint16_t a, std::uint16_t b) { return a == b; }, what);
 }
 // |got - want| <= rel * max(1, |want|); NaN never passes.
 ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<float>& want, double rel,
                                 const std::string& what) {
-  return compare(got, want,
-                 [rel](float a, float b) {
-                   return std::fabs(double(a) - double(b)) <= rel * std::max(1.0, std::fabs(double(b)));
-                 },
-                 what);
+  return compare(
+      got, want,
+      [rel](float a, float b) { return std::fabs(double(a) - double(b)) <= rel * std::max(1.0, std::fabs(double(b))); },
+      what);
 }
 
 double* doubles(const DeviceBuffer& b) { return reinterpret_cast<double*>(b.floats()); }
@@ -143,8 +144,8 @@ class Kernels : public ::testing::Test {
     gpu().synchronize();
     for (std::size_t i = 0; i < host.size(); ++i) {
       if (i >= a.offset && i < a.offset + a.n) continue;
-      EXPECT_EQ(bits(host[i]), kSentinel) << "guard float " << i << " was overwritten (array at " << a.offset << ", "
-                                          << a.n << " floats)";
+      EXPECT_EQ(bits(host[i]), kSentinel)
+          << "guard float " << i << " was overwritten (array at " << a.offset << ", " << a.n << " floats)";
     }
     return std::vector<float>(host.begin() + static_cast<std::ptrdiff_t>(a.offset),
                               host.begin() + static_cast<std::ptrdiff_t>(a.offset + a.n));
@@ -181,7 +182,8 @@ TEST_F(Kernels, ReluForward) {
       for (std::size_t y_offset : {std::size_t{0}, std::size_t{1}}) {  // aligned (float4 path) and mixed
         const Array dx = upload(x, offset), y = poisoned(n, y_offset);
         relu_forward(dx.data(), y.data(), n, stream());
-        EXPECT_TRUE(same_bits(download(y), want, label("relu_forward", n, offset) + " y offset " + std::to_string(y_offset)));
+        EXPECT_TRUE(
+            same_bits(download(y), want, label("relu_forward", n, offset) + " y offset " + std::to_string(y_offset)));
       }
       const Array xy = upload(x, offset);  // in place
       relu_forward(xy.data(), xy.data(), n, stream());
@@ -242,7 +244,7 @@ TEST_F(Kernels, Scale) {
 struct Shape {
   int rows, cols;
 };
-const std::vector<Shape> kShapes = {{0, 5},   {1, 1},    {3, 7},     {5, 4},   {128, 10},
+const std::vector<Shape> kShapes = {{0, 5},     {1, 1},    {3, 7},    {5, 4},     {128, 10},
                                     {64, 1024}, {1000, 3}, {257, 33}, {4096, 33}, {1024, 1000}};
 
 TEST_F(Kernels, AddBiasRows) {
@@ -299,7 +301,7 @@ TEST_F(Kernels, SoftmaxCrossEntropy) {
     int rows, classes;
     float sigma;
   };
-  const Case cases[] = {{1, 1, 1.0f},    {3, 10, 1.0f},  {128, 10, 3.0f},  {1000, 37, 2.0f},
+  const Case cases[] = {{1, 1, 1.0f},     {3, 10, 1.0f},     {128, 10, 3.0f}, {1000, 37, 2.0f},
                         {4097, 10, 1.0f}, {300, 1000, 1.0f}, {64, 10, 1e4f}};
   for (const Case& c : cases) {
     const XentData data = xent_data(c.rows, c.classes, c.sigma, 11);
@@ -326,11 +328,12 @@ TEST_F(Kernels, SoftmaxCrossEntropy) {
     EXPECT_EQ(got[1], 2.0 + static_cast<double>(want.correct)) << what;
     EXPECT_EQ(got[2], 0.0) << what << ": no bad labels";
     // dlogits: relative, plus a floor for the label's p - 1 when p ~ 1 (cancellation).
-    EXPECT_TRUE(compare(download(d), want_d,
-                        [grad_scale](float a, float b) {
-                          return std::fabs(double(a) - double(b)) <= 1e-6 * std::fabs(double(b)) + 1e-9 * grad_scale;
-                        },
-                        what + " dlogits"));
+    EXPECT_TRUE(compare(
+        download(d), want_d,
+        [grad_scale](float a, float b) {
+          return std::fabs(double(a) - double(b)) <= 1e-6 * std::fabs(double(b)) + 1e-9 * grad_scale;
+        },
+        what + " dlogits"));
 
     // From zero, with and without dlogits: the same loss bit for bit (a fixed summation order).
     const std::vector<double> first = run({0.0, 0.0, 0.0}, nullptr), second = run({0.0, 0.0, 0.0}, d.data());
@@ -343,7 +346,7 @@ TEST_F(Kernels, SoftmaxCrossEntropy) {
 TEST_F(Kernels, SoftmaxCrossEntropyBadLabels) {
   XentData data = xent_data(100, 10, 1.0f, 12);
   const std::vector<int> bad_rows = {3, 50, 99};
-  data.labels[3] = 10;       // == classes
+  data.labels[3] = 10;  // == classes
   data.labels[50] = -1;
   data.labels[99] = 1 << 30;  // far out: must not be used as an index
   const Array logits = upload(data.logits), d = poisoned(data.logits.size());
@@ -383,8 +386,10 @@ TEST_F(Kernels, SgdUpdate) {
     float momentum, weight_decay;
     bool nesterov;
   };
-  const Case cases[] = {{"sgd", 0.0f, 0.0f, false}, {"sgd wd", 0.0f, 1e-2f, false},
-                        {"momentum", 0.9f, 1e-4f, false}, {"nesterov", 0.9f, 1e-2f, true}};
+  const Case cases[] = {{"sgd", 0.0f, 0.0f, false},
+                        {"sgd wd", 0.0f, 1e-2f, false},
+                        {"momentum", 0.9f, 1e-4f, false},
+                        {"nesterov", 0.9f, 1e-2f, true}};
   for (const Case& k : cases) {
     for (std::size_t n : kSizes) {
       for (std::size_t offset : {0, 1}) {
@@ -439,9 +444,9 @@ TEST_F(Kernels, AdamUpdate) {
           const std::vector<float> got_p = download(dp), got_m = download(dm), got_v = download(dv);
           EXPECT_TRUE(near(got_p, p, 1e-6, what + " params"));
           EXPECT_TRUE(near(got_m, m, 1e-6, what + " exp_avg"));
-          EXPECT_TRUE(compare(got_v, v,
-                              [](float a, float b) { return std::fabs(double(a) - double(b)) <= 1e-6 * double(b); },
-                              what + " exp_avg_sq (relative)"));
+          EXPECT_TRUE(compare(
+              got_v, v, [](float a, float b) { return std::fabs(double(a) - double(b)) <= 1e-6 * double(b); },
+              what + " exp_avg_sq (relative)"));
           p = got_p;
           m = got_m;
           v = got_v;
@@ -481,8 +486,8 @@ TEST_F(Kernels, FloatToBf16) {
       auto* y_ptr = reinterpret_cast<std::uint16_t*>(y.floats()) + offset;
       float_to_bf16(dx.data(), y_ptr, n, stream());
       std::vector<std::uint16_t> got = download_raw<std::uint16_t>(y, n + 1);
-      EXPECT_EQ(got[offset ? 0 : n], 0xdeadu) << "the element " << (offset ? "before" : "after")
-                                               << " the output was overwritten";
+      EXPECT_EQ(got[offset ? 0 : n], 0xdeadu)
+          << "the element " << (offset ? "before" : "after") << " the output was overwritten";
       got.erase(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(offset));
       got.resize(n);
       EXPECT_TRUE(same_bits(got, want, label("float_to_bf16", n, offset)));

@@ -16,8 +16,8 @@
 #include "drtrain/core/param_layout.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/io/checkpoint.hpp"
-#include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
+#include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/train/trainer.hpp"
 #include "support/mpi_test.hpp"
@@ -124,8 +124,9 @@ TEST(Checkpoint, RoundTripIsBitwise) {
     const auto& m = file.meta();
     if (stored.size() != params.size() || std::memcmp(stored.data(), params.data(), params.size() * 4) != 0)
       detail = "the stored parameters differ from the workers' final parameters";
-    else if (m.step != 7 || m.model != c.model || m.num_ps != c.layout.num_ps || m.num_workers != world_size() - m.num_ps ||
-             m.global_batch != 12 || m.seed != 3 || file.slot_names() != std::vector<std::string>{"exp_avg", "exp_avg_sq"})
+    else if (m.step != 7 || m.model != c.model || m.num_ps != c.layout.num_ps ||
+             m.num_workers != world_size() - m.num_ps || m.global_batch != 12 || m.seed != 3 ||
+             file.slot_names() != std::vector<std::string>{"exp_avg", "exp_avg_sq"})
       detail = "the metadata does not describe the run";
   }
   ASSERT_TRUE(testing::all_ranks(detail.empty(), detail));
@@ -227,7 +228,7 @@ TEST(Checkpoint, ResumeAtABatchThatDoesNotDivideThePositionIsRefused) {
 
 TEST(Checkpoint, ReshardsAcrossLayouts) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";  // the same verdict on every rank
-  TrainConfig writer = base(2);  // (P, W, T) = (2, 2, 1)
+  TrainConfig writer = base(2);                            // (P, W, T) = (2, 2, 1)
   writer.max_steps = 5;
   writer.checkpoint_dir = shared_dir("written");
   train(writer);
@@ -243,7 +244,8 @@ TEST(Checkpoint, ReshardsAcrossLayouts) {
     reader.max_steps = 5;
     reader.checkpoint_dir = shared_dir(str("resharded_", l.ps, "_", l.towers));
     train(reader);
-    const std::string detail = world_rank() == 0 ? compare_files(saved, io::checkpoint_path(reader.checkpoint_dir, 5)) : "";
+    const std::string detail =
+        world_rank() == 0 ? compare_files(saved, io::checkpoint_path(reader.checkpoint_dir, 5)) : "";
     ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << "layout P=" << l.ps << " T=" << l.towers;
     // And training continues from there.
     reader.max_steps = 8;

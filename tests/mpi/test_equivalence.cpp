@@ -89,7 +89,8 @@ Difference compare(const nn::ModelSpec& spec, const std::vector<float>& got, con
     const double rms = std::sqrt(ref2 / static_cast<double>(t.numel));
     d.worst_tensor = std::max(d.worst_tensor, std::sqrt(diff2 / std::max(ref2, 1e-300)));
     for (std::size_t i = t.offset; i < t.offset + t.numel; ++i)
-      d.worst_element = std::max(d.worst_element, std::abs(double(got[i]) - want[i]) / std::max<double>(std::abs(want[i]), rms));
+      d.worst_element =
+          std::max(d.worst_element, std::abs(double(got[i]) - want[i]) / std::max<double>(std::abs(want[i]), rms));
   }
   return d;
 }
@@ -149,7 +150,8 @@ TEST(Overlap, EqualsTheSequentialStepBitwise) {
     c.overlap = false;
     run_training(c, &sequential);
     const bool same = overlapped.final_params == sequential.final_params;
-    ASSERT_TRUE(testing::all_ranks(same, str("T=", towers, ": --overlap true and false end with different parameters")));
+    ASSERT_TRUE(
+        testing::all_ranks(same, str("T=", towers, ": --overlap true and false end with different parameters")));
   }
 }
 

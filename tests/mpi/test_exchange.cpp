@@ -7,12 +7,12 @@
 // Run as: mpiexec -n P+W test_exchange --num-ps P
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <chrono>
 #include <optional>
-#include <thread>
 #include <random>
+#include <thread>
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/topology.hpp"
@@ -28,7 +28,10 @@ namespace {
 
 // Deterministic pseudo-random values, the same on every rank.
 std::uint64_t mix(std::uint64_t x) {
-  x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
   return x ^ (x >> 33);
 }
 // Uniform in (-1, 1) with full float mantissas at every exponent, so sums round.
@@ -43,15 +46,15 @@ struct Case {
   Wire wire = Wire::kFp32;
   std::size_t size = 1000;
   bool integer_grads = false;
-  bool buckets = false;  // push/pull in uneven buckets, last bucket first
+  bool buckets = false;     // push/pull in uneven buckets, last bucket first
   bool early_pull = false;  // buckets: WorkerExchange::pull_during_push (what --overlap uses)
   optim::OptimizerConfig optimizer;
   int steps = 4;
   std::size_t chunk_bytes = 4096;  // many chunks even for small sizes
 
   std::string name() const {
-    return str(to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "", " n=", size, integer_grads ? " int" : "",
-               buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
+    return str(to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "", " n=", size,
+               integer_grads ? " int" : "", buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
   }
 };
 
@@ -62,7 +65,8 @@ float initial_param(const Case& c, std::size_t i) {
 // Gradient of worker w at step s. Integer case: multiples of W, so the mean is an integer.
 float gradient(const Case& c, int workers, int step, int worker, std::size_t i) {
   if (c.integer_grads)
-    return static_cast<float>(workers * (static_cast<int>(mix(i * 7 + std::uint64_t(step) * 131 + std::uint64_t(worker)) % 17) - 8));
+    return static_cast<float>(
+        workers * (static_cast<int>(mix(i * 7 + std::uint64_t(step) * 131 + std::uint64_t(worker)) % 17) - 8));
   return uniform(2 + std::uint64_t(step), std::uint64_t(worker), i);
 }
 
@@ -71,8 +75,8 @@ float on_wire(const Case& c, float x) {
   return c.wire == Wire::kBf16 ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(x)) : x;
 }
 
-ServerStats g_last_server_stats;   // PS: the stats of the last run_exchange
-std::vector<float> g_last_master;  // PS: its shard of the float32 master parameters after it
+ServerStats g_last_server_stats;       // PS: the stats of the last run_exchange
+std::vector<float> g_last_master;      // PS: its shard of the float32 master parameters after it
 std::int64_t g_last_early_chunks = 0;  // worker: chunks pull_during_push() brought back
 
 // Runs the case on this rank. Workers return their parameters after the last step.
@@ -195,7 +199,9 @@ optim::OptimizerConfig adam() {
 
 class Exchange : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { topo_ = new comm::Topology(comm::Topology::create(testing::int_argument("--num-ps", 1), comm::Placement::kFirst)); }
+  static void SetUpTestSuite() {
+    topo_ = new comm::Topology(comm::Topology::create(testing::int_argument("--num-ps", 1), comm::Placement::kFirst));
+  }
   static void TearDownTestSuite() { delete topo_; }
   static comm::Topology* topo_;
 };
@@ -208,8 +214,10 @@ struct Mode {
   GradPush push;
   Wire wire = Wire::kFp32;
 };
-const Mode kAllModes[] = {{RmaSync::kPassive, GradPush::kAccumulate}, {RmaSync::kPassive, GradPush::kOrdered},
-                          {RmaSync::kPassive, GradPush::kSlots},      {RmaSync::kFence, GradPush::kAccumulate},
+const Mode kAllModes[] = {{RmaSync::kPassive, GradPush::kAccumulate},
+                          {RmaSync::kPassive, GradPush::kOrdered},
+                          {RmaSync::kPassive, GradPush::kSlots},
+                          {RmaSync::kFence, GradPush::kAccumulate},
                           {RmaSync::kFence, GradPush::kSlots}};
 // --wire bf16 (always per-worker slots; passive only, ExchangeConfig::validate says why).
 const Mode kBf16Modes[] = {{RmaSync::kPassive, GradPush::kSlots, Wire::kBf16}};
@@ -268,8 +276,10 @@ TEST_F(Exchange, IntegerGradientsAreExact) {
 // Slots (--deterministic) and the ordered push sum in worker order: two runs agree bitwise, and
 // both equal a float32 reference that sums in worker order.
 TEST_F(Exchange, WorkerOrderSumsAreBitwiseReproducible) {
-  const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots}, {RmaSync::kFence, GradPush::kSlots},
-                        {RmaSync::kPassive, GradPush::kOrdered}, kBf16Modes[0]};
+  const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots},
+                        {RmaSync::kFence, GradPush::kSlots},
+                        {RmaSync::kPassive, GradPush::kOrdered},
+                        kBf16Modes[0]};
   for (const Mode& mode : modes)
     for (std::size_t n : {std::size_t{7}, std::size_t{100003}})
       for (bool buckets : {false, true}) {
@@ -287,8 +297,7 @@ TEST_F(Exchange, WorkerOrderSumsAreBitwiseReproducible) {
         std::string detail;
         if (topo_->is_worker()) {
           const std::vector<float> want = rank_ordered_float32_reference(c, topo_->num_workers());
-          if (std::memcmp(first.data(), second.data(), n * sizeof(float)) != 0)
-            detail = c.name() + ": two runs differ";
+          if (std::memcmp(first.data(), second.data(), n * sizeof(float)) != 0) detail = c.name() + ": two runs differ";
           else if (std::memcmp(first.data(), want.data(), n * sizeof(float)) != 0)
             detail = c.name() + ": differs from the worker-ordered float32 reference";
         }
@@ -297,8 +306,10 @@ TEST_F(Exchange, WorkerOrderSumsAreBitwiseReproducible) {
 }
 
 TEST_F(Exchange, BucketsEqualWholeBuffer) {
-  const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots}, {RmaSync::kFence, GradPush::kSlots},
-                        {RmaSync::kPassive, GradPush::kOrdered}, kBf16Modes[0]};
+  const Mode modes[] = {{RmaSync::kPassive, GradPush::kSlots},
+                        {RmaSync::kFence, GradPush::kSlots},
+                        {RmaSync::kPassive, GradPush::kOrdered},
+                        kBf16Modes[0]};
   for (const Mode& mode : modes) {
     Case c;
     c.sync = mode.sync;
@@ -317,8 +328,8 @@ TEST_F(Exchange, BucketsEqualWholeBuffer) {
     ASSERT_TRUE(testing::all_ranks(also, c.name() + ": a pull during the push differs")) << c.name();
     // Passive, not ordered: every worker pushed bucket 2 and waited 20 ms before bucket 1, so
     // the PS have published some of it by then and it comes back during the later pushes.
-    const bool came_early = topo_->is_ps() || mode.sync != RmaSync::kPassive || mode.push == GradPush::kOrdered ||
-                            g_last_early_chunks > 0;
+    const bool came_early =
+        topo_->is_ps() || mode.sync != RmaSync::kPassive || mode.push == GradPush::kOrdered || g_last_early_chunks > 0;
     ASSERT_TRUE(testing::all_ranks(came_early, c.name() + ": nothing came back during the pushes")) << c.name();
   }
 }
@@ -346,7 +357,8 @@ TEST_F(Exchange, Bf16WireMatchesRoundedFloat64Reference) {
           for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i) {
             const double ref = want[mine.begin + i];
             if (!(std::abs(g_last_master[i] - ref) <= 1e-6 * std::max(1.0, std::abs(ref))))
-              detail = str(c.name(), ": master element ", mine.begin + i, " is ", g_last_master[i], ", reference ", ref);
+              detail =
+                  str(c.name(), ": master element ", mine.begin + i, " is ", g_last_master[i], ", reference ", ref);
           }
         } else {
           for (std::size_t i = 0; i < n && detail.empty(); ++i) {
@@ -370,8 +382,8 @@ TEST_F(Exchange, ApplyLetsMpiProgress) {
     Case c;
     c.sync = mode.sync;
     c.push = mode.push;
-    c.size = std::size_t{3} << 20;           // 12 MiB of parameters
-    c.chunk_bytes = std::size_t{16} << 20;   // one block per PS
+    c.size = std::size_t{3} << 20;          // 12 MiB of parameters
+    c.chunk_bytes = std::size_t{16} << 20;  // one block per PS
     c.optimizer = momentum_sgd();
     c.steps = 2;
     run_exchange(*topo_, c);
@@ -390,4 +402,3 @@ TEST_F(Exchange, ApplyLetsMpiProgress) {
 
 }  // namespace
 }  // namespace drt::ps
-

@@ -57,9 +57,8 @@ TEST(GatherBytes, EveryRankArrivesIntactForEveryRootAndPieceSize) {
   const Comm world = Comm::world();
   for (std::size_t piece : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{100}, kMaxPieceBytes}) {
     for (int root = 0; root < world.size(); ++root) {
-      const std::vector<std::string> parts =
-          gather_bytes(world, pattern(world.rank(), length_of(world.rank(), piece)), root, kTimeout, kMaxNapUs,
-                       "the test's bytes", piece);
+      const std::vector<std::string> parts = gather_bytes(world, pattern(world.rank(), length_of(world.rank(), piece)),
+                                                          root, kTimeout, kMaxNapUs, "the test's bytes", piece);
       bool ok = true;
       std::string detail;
       if (world.rank() == root) {
@@ -195,8 +194,8 @@ TEST(Timeline, KeepsTheFirstSpansAndCountsTheRest) {
     ok = ok && count(trace, "\"ph\":\"X\"") == expected_spans && dropped == expected_dropped &&
          count(trace, str("\"drtrain_dropped_spans\":", expected_dropped)) == 1 &&
          (expected_dropped == 0 || count(trace, "later spans dropped") > 0);
-    detail += str("; trace: ", count(trace, "\"ph\":\"X\""), " spans (expected ", expected_spans, "), dropped ", dropped,
-                  " (expected ", expected_dropped, ")");
+    detail += str("; trace: ", count(trace, "\"ph\":\"X\""), " spans (expected ", expected_spans, "), dropped ",
+                  dropped, " (expected ", expected_dropped, ")");
   } else {
     ok = ok && dropped == 0;
   }

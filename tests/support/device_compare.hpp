@@ -71,9 +71,8 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual, co
     }
   }
   if (worst <= tol * scale) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "entry " << at << ": " << actual[at] << " vs " << expected[at]
-                                       << " (error " << worst / scale << " of the scale " << scale << ", tolerance "
-                                       << tol << ")";
+  return ::testing::AssertionFailure() << "entry " << at << ": " << actual[at] << " vs " << expected[at] << " (error "
+                                       << worst / scale << " of the scale " << scale << ", tolerance " << tol << ")";
 }
 
 // all_close, except that up to max_outliers entries may be off. For whole networks of ReLU and

@@ -13,8 +13,7 @@ int main(int argc, char** argv) {
                 gpus.visible_env.c_str());
     return 77;
   }
-  for (int d = 0; d < gpus.count; ++d)
-    std::printf("GPU %d: %s\n", d, drt::backend::describe_cuda_device(d).c_str());
+  for (int d = 0; d < gpus.count; ++d) std::printf("GPU %d: %s\n", d, drt::backend::describe_cuda_device(d).c_str());
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -35,8 +35,7 @@ int int_argument(const std::string& flag, int fallback) {
   std::string text(static_cast<std::size_t>(length), ' ');
   if (rank == first) text = detail;
   MPI_Bcast(text.data(), length, MPI_CHAR, first, comm);
-  return ::testing::AssertionFailure() << "failed on rank(s) [" << failing << "]; rank " << first
-                                       << " says: " << text;
+  return ::testing::AssertionFailure() << "failed on rank(s) [" << failing << "]; rank " << first << " says: " << text;
 }
 
 }  // namespace drt::testing

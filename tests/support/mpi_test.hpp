@@ -13,8 +13,7 @@ namespace drt::testing {
 
 // Collective over `comm`. Success iff `ok` on every rank; otherwise a failure naming the failing
 // ranks and the detail given by the lowest of them.
-::testing::AssertionResult all_ranks(bool ok, const std::string& detail = "",
-                                     MPI_Comm comm = MPI_COMM_WORLD);
+::testing::AssertionResult all_ranks(bool ok, const std::string& detail = "", MPI_Comm comm = MPI_COMM_WORLD);
 
 // The program's own arguments (those GoogleTest did not consume): "--flag value" lookup.
 int int_argument(const std::string& flag, int fallback);

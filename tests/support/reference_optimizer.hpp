@@ -17,8 +17,7 @@ inline double reference_lr(const optim::OptimizerConfig& c, std::int64_t step) {
   if (step < s.warmup_steps) return c.lr * double(step + 1) / double(s.warmup_steps);
   const std::int64_t k = step - s.warmup_steps;
   switch (s.kind) {
-    case optim::LrScheduleKind::kConstant:
-      return c.lr;
+    case optim::LrScheduleKind::kConstant: return c.lr;
     case optim::LrScheduleKind::kStep: {
       double lr = c.lr;
       for (std::int64_t i = 0; i < k / s.decay_steps; ++i) lr *= s.decay_rate;

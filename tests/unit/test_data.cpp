@@ -245,9 +245,7 @@ class IdxFiles : public ::testing::Test {
     }
     return path;
   }
-  std::string good_images(bool gzip = true) {
-    return write("images.gz", idx_bytes(0x803, {5, 3, 4}, pixels_), gzip);
-  }
+  std::string good_images(bool gzip = true) { return write("images.gz", idx_bytes(0x803, {5, 3, 4}, pixels_), gzip); }
   std::string good_labels(bool gzip = true) { return write("labels.gz", idx_bytes(0x801, {5}, labels_), gzip); }
 
   fs::path dir_;
@@ -274,7 +272,7 @@ TEST_F(IdxFiles, TruncatedImages) {
     const std::string images = write("short-images", idx_bytes(0x803, {5, 3, 4}, short_pixels), gzip);
     const std::string msg = config_error_of([&] { load_idx(images, good_labels(), 10); });
     EXPECT_CONTAINS(msg, images + ": truncated: the header announces 5 images of 3x4 (60 bytes) but only 47 "
-                                        "bytes follow the 16-byte header");
+                                  "bytes follow the 16-byte header");
   }
   // A gzip file cut short (an interrupted download): the data ends early, and the message says
   // the compressed stream itself is incomplete.
@@ -290,10 +288,10 @@ TEST_F(IdxFiles, TruncatedImages) {
   // Inside the header.
   const std::string header = write("short-header", {0, 0, 8, 3, 0, 0}, true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(header, good_labels(), 10); }),
-              header + ": truncated: the file ends after 6 bytes, inside the 16-byte IDX header");
+                  header + ": truncated: the file ends after 6 bytes, inside the 16-byte IDX header");
   const std::string empty = write("empty", {}, false);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(empty, good_labels(), 10); }),
-              empty + ": truncated: the file ends after 0 bytes");
+                  empty + ": truncated: the file ends after 0 bytes");
 }
 
 TEST_F(IdxFiles, HugeHeaderOnTinyFileIsTruncatedNotAllocated) {
@@ -309,12 +307,12 @@ TEST_F(IdxFiles, HeaderValuesOutOfRange) {
   const std::string labels = good_labels();
   const std::string zero = write("zero-count", idx_bytes(0x803, {0, 3, 4}, {}), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(zero, labels, 10); }),
-              zero + ": the header announces 0 images; expected 1..100000000");
+                  zero + ": the header announces 0 images; expected 1..100000000");
   const std::string many = write("many", idx_bytes(0x803, {100'000'001, 3, 4}, {}), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(many, labels, 10); }), many + ": the header announces 100000001");
   const std::string wide = write("wide", idx_bytes(0x803, {5, 3, 4097}, {}), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(wide, labels, 10); }),
-              wide + ": the header announces images of 3x4097; each side must be in 1..4096");
+                  wide + ": the header announces images of 3x4097; each side must be in 1..4096");
   const std::string flat = write("flat", idx_bytes(0x803, {5, 0, 4}, {}), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(flat, labels, 10); }), "images of 0x4");
   EXPECT_CONTAINS(config_error_of([&] { load_idx(good_images(), labels, 0); }), "classes must be in 1..256");
@@ -323,46 +321,46 @@ TEST_F(IdxFiles, HeaderValuesOutOfRange) {
 TEST_F(IdxFiles, BadMagicNumber) {
   const std::string images = write("not-idx", idx_bytes(0x12345678, {5, 3, 4}, pixels_), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(images, good_labels(), 10); }),
-              images + ": bad magic number 0x12345678 (expected 0x00000803 for an IDX image file)");
+                  images + ": bad magic number 0x12345678 (expected 0x00000803 for an IDX image file)");
   const std::string floats = write("floats", idx_bytes(0x00000D03, {5, 3, 4}, pixels_), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(floats, good_labels(), 10); }),
-              floats + ": bad magic number 0x00000d03 (expected 0x00000803 for an IDX image file); not an "
-                                 "IDX file of unsigned bytes");
+                  floats + ": bad magic number 0x00000d03 (expected 0x00000803 for an IDX image file); not an "
+                           "IDX file of unsigned bytes");
   // The files swapped.
   const std::string labels = good_labels();
   const std::string images_ok = good_images();
   EXPECT_CONTAINS(config_error_of([&] { load_idx(labels, images_ok, 10); }),
-              labels + ": bad magic number 0x00000801 (expected 0x00000803 for an IDX image file): wrong "
-                                 "number of dimensions: the header announces 1, an IDX image file has 3; is this the "
-                                 "label file?");
+                  labels + ": bad magic number 0x00000801 (expected 0x00000803 for an IDX image file): wrong "
+                           "number of dimensions: the header announces 1, an IDX image file has 3; is this the "
+                           "label file?");
 }
 
 TEST_F(IdxFiles, WrongNumberOfDimensions) {
   const std::string images = write("2d", idx_bytes(0x802, {5, 12}, pixels_), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(images, good_labels(), 10); }),
-              images + ": bad magic number 0x00000802 (expected 0x00000803 for an IDX image file): wrong "
-                                 "number of dimensions: the header announces 2, an IDX image file has 3");
+                  images + ": bad magic number 0x00000802 (expected 0x00000803 for an IDX image file): wrong "
+                           "number of dimensions: the header announces 2, an IDX image file has 3");
   const std::string labels = write("2d-labels", idx_bytes(0x802, {5, 1}, labels_), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(good_images(), labels, 10); }),
-              labels + ": bad magic number 0x00000802 (expected 0x00000801 for an IDX label file): wrong "
-                                 "number of dimensions");
+                  labels + ": bad magic number 0x00000802 (expected 0x00000801 for an IDX label file): wrong "
+                           "number of dimensions");
 }
 
 TEST_F(IdxFiles, CountMismatch) {
   const std::string images = good_images();
   const std::string labels = write("four-labels", idx_bytes(0x801, {4}, {0, 1, 2, 3}), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(images, labels, 10); }),
-              labels + ": holds 4 labels but " + images + " holds 5 images");
+                  labels + ": holds 4 labels but " + images + " holds 5 images");
 }
 
 TEST_F(IdxFiles, LabelNotBelowClasses) {
   const std::string images = good_images();
   const std::string labels = write("big-label", idx_bytes(0x801, {5}, {0, 1, 10, 11, 2}), true);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(images, labels, 10); }),
-              labels + ": label 10 at index 2 is not below the number of classes (10)");
+                  labels + ": label 10 at index 2 is not below the number of classes (10)");
   // The default labels go up to 4: fine with 5 classes, not with 4.
   EXPECT_CONTAINS(config_error_of([&] { load_idx(images, good_labels(), 4); }),
-              "label 4 at index 2 is not below the number of classes (4)");
+                  "label 4 at index 2 is not below the number of classes (4)");
 }
 
 TEST_F(IdxFiles, TrailingExtraData) {
@@ -371,15 +369,15 @@ TEST_F(IdxFiles, TrailingExtraData) {
   for (bool gzip : {true, false}) {
     const std::string images = write("long-images", idx_bytes(0x803, {5, 3, 4}, longer), gzip);
     EXPECT_CONTAINS(config_error_of([&] { load_idx(images, good_labels(), 10); }),
-                images + ": unexpected data after the payload: the header announces 5 images of 3x4 (60 "
-                                   "bytes) but 3 more bytes follow");
+                    images + ": unexpected data after the payload: the header announces 5 images of 3x4 (60 "
+                             "bytes) but 3 more bytes follow");
   }
   std::vector<std::uint8_t> more_labels = labels_;
   more_labels.push_back(0);
   const std::string labels = write("long-labels", idx_bytes(0x801, {5}, more_labels), false);
   EXPECT_CONTAINS(config_error_of([&] { load_idx(good_images(), labels, 10); }),
-              labels + ": unexpected data after the payload: the header announces 5 labels (5 bytes) but 1 "
-                                 "more bytes follow");
+                  labels + ": unexpected data after the payload: the header announces 5 labels (5 bytes) but 1 "
+                           "more bytes follow");
 }
 
 TEST_F(IdxFiles, MissingFile) {
@@ -402,7 +400,8 @@ TEST_F(IdxFiles, CorruptGzipStream) {
     p = static_cast<std::uint8_t>((x >> 24) & 0x3F);
   }
   const std::string images = write("corrupt.gz", idx_bytes(0x803, {200, 28, 28}, pixels), true);
-  const std::string labels = write("corrupt-labels.gz", idx_bytes(0x801, {200}, std::vector<std::uint8_t>(200, 1)), true);
+  const std::string labels =
+      write("corrupt-labels.gz", idx_bytes(0x801, {200}, std::vector<std::uint8_t>(200, 1)), true);
   ASSERT_NO_THROW(load_idx(images, labels, 10));
   std::vector<char> bytes;
   {
@@ -435,7 +434,7 @@ TEST_F(IdxFiles, CorruptGzipTrailerIsCaught) {
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   EXPECT_CONTAINS(config_error_of([&] { load_idx(images, good_labels(), 10); }),
-              images + ": corrupt gzip data: incorrect data check");
+                  images + ": corrupt gzip data: incorrect data check");
 }
 
 TEST(FashionMnist, LoadsTrainAndTestWhenInstalled) {

@@ -110,8 +110,7 @@ TEST(KernelReference, Bf16IsNearestEven) {
   std::vector<std::uint32_t> inputs;
   // Every bf16 value with the lower halves that matter: exact, ties, around the ties, extremes.
   for (std::uint32_t top = 0; top < 0x10000u; ++top)
-    for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
-      inputs.push_back(top << 16 | low);
+    for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) inputs.push_back(top << 16 | low);
   std::mt19937 rng(7);
   for (int i = 0; i < 200000; ++i) inputs.push_back(static_cast<std::uint32_t>(rng()));
 
@@ -391,7 +390,7 @@ TEST(KernelReference, AddBiasRows) {
 
 TEST(KernelReference, BiasGradRows) {
   const std::vector<float> dy = {1, 2, 3, 4, 5, 6, -1, 0.5f, 7};  // 3 x 3
-  std::vector<float> g = {99, 99, 99};                             // overwritten, not added to
+  std::vector<float> g = {99, 99, 99};                            // overwritten, not added to
   ref::bias_grad_rows(dy.data(), g.data(), 3, 3);
   EXPECT_EQ(g, (std::vector<float>{4, 7.5f, 16}));
   ref::bias_grad_rows(dy.data(), g.data(), 0, 3);  // no rows: zero

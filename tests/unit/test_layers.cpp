@@ -340,15 +340,9 @@ void ref_apply(const RefLayer& layer, const RefAct& in, const double* p, RefAct&
       ref_conv({in.n, in.c, in.h, in.w, layer.out, layer.kernel, layer.pad}, in.v.data(), p, out.v.data(), o_begin,
                o_end);
       break;
-    case RefLayer::kPool:
-      ref_maxpool({in.n, in.c, in.h, in.w, layer.kernel}, in.v.data(), out.v.data());
-      break;
-    case RefLayer::kRelu:
-      ref_relu(in.v.data(), out.v.data(), in.v.size());
-      break;
-    case RefLayer::kFlatten:
-      out.v = in.v;
-      break;
+    case RefLayer::kPool: ref_maxpool({in.n, in.c, in.h, in.w, layer.kernel}, in.v.data(), out.v.data()); break;
+    case RefLayer::kRelu: ref_relu(in.v.data(), out.v.data(), in.v.size()); break;
+    case RefLayer::kFlatten: out.v = in.v; break;
   }
 }
 
@@ -764,10 +758,8 @@ TEST(CpuBackend, AllocatesZeroedMemoryAndCopies) {
 }
 
 TEST(CpuBackend, OneDnnConvolutionOnlyWhenBuiltWithIt) {
-  if (backend::onednn_available())
-    EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kOneDnn), nullptr);
-  else
-    EXPECT_THROW(backend::make_cpu_backend(backend::CpuConv::kOneDnn), Error);
+  if (backend::onednn_available()) EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kOneDnn), nullptr);
+  else EXPECT_THROW(backend::make_cpu_backend(backend::CpuConv::kOneDnn), Error);
   EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kIm2col), nullptr);
 }
 
@@ -984,7 +976,8 @@ TEST(Network, EmptyBatchZeroesGradientsAndRepeatedStepsOverwrite) {
   Network net(spec, *device, 3);
   const FVec params = network_params(spec, 9);
   DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(params.size(), 1.0f));
-  DeviceBuffer xb = upload(*device, uniform_floats(std::size_t{3} * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
+  DeviceBuffer xb = upload(*device, uniform_floats(std::size_t{3} * 784, 10, 0, 1)),
+               lb = upload_labels(*device, {1, 2, 3});
   net.bind(pb.floats(), gb.floats());
   const backend::LossSums none = net.train(xb.floats(), lb.ints(), 0, 1.0f);
   EXPECT_EQ(none.loss, 0.0);
@@ -1014,7 +1007,8 @@ TEST(Network, LayerHooksReportFinalGradientsLastLayerFirst) {
     const std::size_t n = spec.layout().total();
     const FVec params = network_params(spec, 9);
     DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(n, 7.0f));
-    DeviceBuffer xb = upload(*device, uniform_floats(std::size_t{3} * 784, 10, 0, 1)), lb = upload_labels(*device, {1, 2, 3});
+    DeviceBuffer xb = upload(*device, uniform_floats(std::size_t{3} * 784, 10, 0, 1)),
+                 lb = upload_labels(*device, {1, 2, 3});
     net.bind(pb.floats(), gb.floats());
     std::vector<std::pair<std::size_t, std::size_t>> forward, ready;
     FVec at_ready(n, -1.0f);

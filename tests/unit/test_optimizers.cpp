@@ -70,17 +70,16 @@ TEST_P(OptimizerVsReference, MatchesFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(
     All, OptimizerVsReference,
-    ::testing::Values(
-        Case{"sgd", OptimizerKind::kSgd, 0.0, false, 0.0, LrScheduleKind::kConstant, 0},
-        Case{"sgd_wd_step", OptimizerKind::kSgd, 0.0, false, 0.01, LrScheduleKind::kStep, 0},
-        Case{"momentum", OptimizerKind::kSgd, 0.9, false, 0.0, LrScheduleKind::kConstant, 0},
-        Case{"momentum_wd_cosine", OptimizerKind::kSgd, 0.9, false, 5e-4, LrScheduleKind::kCosine, 5},
-        Case{"nesterov", OptimizerKind::kSgd, 0.9, true, 0.0, LrScheduleKind::kStep, 3},
-        Case{"nesterov_wd", OptimizerKind::kSgd, 0.8, true, 1e-3, LrScheduleKind::kConstant, 4},
-        Case{"adam", OptimizerKind::kAdam, 0.0, false, 0.0, LrScheduleKind::kConstant, 0},
-        Case{"adam_l2_cosine", OptimizerKind::kAdam, 0.0, false, 0.01, LrScheduleKind::kCosine, 5},
-        Case{"adamw", OptimizerKind::kAdamW, 0.0, false, 0.05, LrScheduleKind::kConstant, 0},
-        Case{"adamw_step_warmup", OptimizerKind::kAdamW, 0.0, false, 0.01, LrScheduleKind::kStep, 6}),
+    ::testing::Values(Case{"sgd", OptimizerKind::kSgd, 0.0, false, 0.0, LrScheduleKind::kConstant, 0},
+                      Case{"sgd_wd_step", OptimizerKind::kSgd, 0.0, false, 0.01, LrScheduleKind::kStep, 0},
+                      Case{"momentum", OptimizerKind::kSgd, 0.9, false, 0.0, LrScheduleKind::kConstant, 0},
+                      Case{"momentum_wd_cosine", OptimizerKind::kSgd, 0.9, false, 5e-4, LrScheduleKind::kCosine, 5},
+                      Case{"nesterov", OptimizerKind::kSgd, 0.9, true, 0.0, LrScheduleKind::kStep, 3},
+                      Case{"nesterov_wd", OptimizerKind::kSgd, 0.8, true, 1e-3, LrScheduleKind::kConstant, 4},
+                      Case{"adam", OptimizerKind::kAdam, 0.0, false, 0.0, LrScheduleKind::kConstant, 0},
+                      Case{"adam_l2_cosine", OptimizerKind::kAdam, 0.0, false, 0.01, LrScheduleKind::kCosine, 5},
+                      Case{"adamw", OptimizerKind::kAdamW, 0.0, false, 0.05, LrScheduleKind::kConstant, 0},
+                      Case{"adamw_step_warmup", OptimizerKind::kAdamW, 0.0, false, 0.01, LrScheduleKind::kStep, 6}),
     [](const ::testing::TestParamInfo<Case>& p) { return std::string(p.param.name); });
 
 TEST(Optimizer, BlockwiseUpdateEqualsWholeShard) {

@@ -46,8 +46,8 @@ void expect_invariants(std::size_t total, int shards) {
 }
 
 TEST(ShardPlan, InvariantsAcrossSizesAndShardCounts) {
-  const std::size_t sizes[] = {0, 1, 2, 3, 7, 15, 16, 17, 100, 1023, 1024, 4097, 65536, 100003,
-                               1000000, 33554433, std::size_t{1} << 36};
+  const std::size_t sizes[] = {
+      0, 1, 2, 3, 7, 15, 16, 17, 100, 1023, 1024, 4097, 65536, 100003, 1000000, 33554433, std::size_t{1} << 36};
   for (std::size_t total : sizes)
     for (int shards : {1, 2, 3, 4, 5, 7, 8, 13, 64, 1000}) expect_invariants(total, shards);
 }
@@ -92,7 +92,7 @@ TEST(ShardPlan, TensorsSpanShardsInDescription) {
   const std::string text = plan.describe(layout);
   EXPECT_NE(text.find("PS 0: [0, "), std::string::npos) << text;
   EXPECT_NE(text.find("tiny.bias huge.weight[0:"), std::string::npos) << text;
-  EXPECT_NE(text.find("huge.weight[") , std::string::npos) << text;
+  EXPECT_NE(text.find("huge.weight["), std::string::npos) << text;
   EXPECT_NE(text.find("out.bias"), std::string::npos) << text;
 }
 

@@ -73,9 +73,8 @@ TEST(TrainConfig, ConfigFileAndCommandLineWins) {
 }
 
 TEST(TrainConfig, PrintConfigRoundTrips) {
-  const TrainConfig c = *parse({"--model", "mlp:784-64-10", "--batch-size", "96", "--optimizer", "adam",
-                                "--beta2", "0.99", "--rma-sync", "fence", "--seed", "42", "--eval", "false",
-                                "--overlap", "true"});
+  const TrainConfig c = *parse({"--model", "mlp:784-64-10", "--batch-size", "96", "--optimizer", "adam", "--beta2",
+                                "0.99", "--rma-sync", "fence", "--seed", "42", "--eval", "false", "--overlap", "true"});
   const std::string file = write_file("drt_roundtrip.ini", c.to_ini());
   const TrainConfig back = *parse({"--config", file});
   EXPECT_EQ(back.to_ini(), c.to_ini());

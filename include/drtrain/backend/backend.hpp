@@ -121,13 +121,13 @@ class Backend {
   // backend's loss accumulator (so that a GPU need not stop for it mid-step). When dlogits is
   // not null it receives d(loss)/d(logits) * grad_scale, i.e. (softmax - onehot) * grad_scale.
   // A label outside [0, classes) makes take_loss_sums() throw.
-  virtual void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows,
-                                                int classes, float* dlogits, float grad_scale) = 0;
+  virtual void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
+                                                float* dlogits, float grad_scale) = 0;
   // Waits for the device, returns the sums accumulated since the last call, and resets them.
   virtual LossSums take_loss_sums() = 0;
   // Both at once (waits for the device).
-  LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                 float* dlogits, float grad_scale) {
+  LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
+                                 float grad_scale) {
     accumulate_softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale);
     return take_loss_sums();
   }

@@ -14,7 +14,7 @@ namespace drt::backend {
 // GPUs visible to this process (after CUDA_VISIBLE_DEVICES); count 0 with the reason when none.
 struct CudaDevices {
   int count = 0;
-  std::string why_none;  // "this drtrain was built without CUDA", "no CUDA driver: ...", ...
+  std::string why_none;     // "this drtrain was built without CUDA", "no CUDA driver: ...", ...
   std::string visible_env;  // the value of CUDA_VISIBLE_DEVICES, "(unset)" when unset
 };
 CudaDevices query_cuda_devices();

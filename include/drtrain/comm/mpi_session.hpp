@@ -46,7 +46,6 @@ bool finalize_deadlocks(const std::string& library_version);
 //    finalises MPI and returns 2; no abort, no hang.
 //  - any other exception (one rank may be alone): the rank prints it with its rank tag and calls
 //    MPI_Abort, because its peers may be blocked waiting for it.
-int run_mpi_main(int argc, char** argv, const char* program,
-                 const std::function<int(MpiSession&, int, char**)>& body);
+int run_mpi_main(int argc, char** argv, const char* program, const std::function<int(MpiSession&, int, char**)>& body);
 
 }  // namespace drt::comm

@@ -32,8 +32,7 @@ class PollWaiter {
 
 // Waits for a nonblocking MPI request with MPI_Test and naps. On timeout throws HangError whose
 // message is "<rank>: waited N s for <what()>: ...".
-void wait_request(MPI_Request& request, double timeout_s, int max_nap_us,
-                  const std::function<std::string()>& what);
+void wait_request(MPI_Request& request, double timeout_s, int max_nap_us, const std::function<std::string()>& what);
 
 // MPI_Ibarrier + wait_request: a barrier that does not spin.
 void sleepy_barrier(const Comm& comm, double timeout_s, int max_nap_us, const std::string& what);
@@ -57,8 +56,7 @@ constexpr std::size_t kMaxPieceBytes = std::size_t{1} << 30;
 // progress a HangError names `what` and the ranks (of `comm`) whose bytes are missing, and the
 // root first withdraws the receives it still has posted.
 constexpr int kGatherBytesTag = 7302;
-std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int root, double timeout_s,
-                                      int max_nap_us, const std::string& what,
-                                      std::size_t piece_bytes = kMaxPieceBytes);
+std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int root, double timeout_s, int max_nap_us,
+                                      const std::string& what, std::size_t piece_bytes = kMaxPieceBytes);
 
 }  // namespace drt::comm

@@ -39,9 +39,9 @@ std::string errno_text(int err);
 }  // namespace drt
 
 // Throws drt::Error with file:line when `cond` is false; for internal invariants.
-#define DRT_ASSERT(cond, msg)                                                                 \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
-      throw ::drt::Error(::drt::rank_tag() + ": internal error at " __FILE__ ":" +           \
-                         std::to_string(__LINE__) + ": " #cond " failed: " + (msg));          \
+#define DRT_ASSERT(cond, msg)                                                                                 \
+  do {                                                                                                        \
+    if (!(cond))                                                                                              \
+      throw ::drt::Error(::drt::rank_tag() + ": internal error at " __FILE__ ":" + std::to_string(__LINE__) + \
+                         ": " #cond " failed: " + (msg));                                                     \
   } while (0)

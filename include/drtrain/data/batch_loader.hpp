@@ -19,16 +19,16 @@
 namespace drt::data {
 
 struct TowerBatch {
-  int count = 0;               // samples (may be 0 in an epoch's last step)
-  std::vector<float> images;   // count x rows x cols
+  int count = 0;              // samples (may be 0 in an epoch's last step)
+  std::vector<float> images;  // count x rows x cols
   std::vector<std::int32_t> labels;
 };
 
 struct WorkerBatch {
   int epoch = 0;
-  int step_in_epoch = 0;      // 0-based
+  int step_in_epoch = 0;  // 0-based
   int steps_in_epoch = 0;
-  int global_count = 0;       // samples in the whole global batch
+  int global_count = 0;  // samples in the whole global batch
   std::vector<TowerBatch> towers;
 };
 
@@ -39,7 +39,7 @@ struct LoaderConfig {
   int towers = 1;
   std::uint64_t seed = 0;
   int first_epoch = 0;
-  int first_step = 0;         // within first_epoch
+  int first_step = 0;            // within first_epoch
   std::int64_t total_steps = 0;  // steps to deliver in all
   int depth = 2;
 };

@@ -10,9 +10,9 @@
 namespace drt::data {
 
 struct Dataset {
-  std::string name;             // "fashion-mnist/train", "synthetic"
-  int count = 0;                // images
-  int rows = 0, cols = 0;       // image size; one channel
+  std::string name;        // "fashion-mnist/train", "synthetic"
+  int count = 0;           // images
+  int rows = 0, cols = 0;  // image size; one channel
   int classes = 10;
   std::vector<std::uint8_t> pixels;  // count x rows x cols, row-major
   std::vector<std::uint8_t> labels;  // count, each < classes

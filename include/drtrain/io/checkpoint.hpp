@@ -35,15 +35,15 @@ struct CheckpointMeta {
   std::int64_t step_in_epoch = 0;  // ... and its step within that epoch
   std::int64_t samples_seen = 0;   // training samples consumed since the start of the job
   std::int64_t global_batch = 0;
-  std::string model;               // --model
-  std::string optimizer;           // sgd | adam | adamw
-  std::string optimizer_config;    // full description: lr, momentum, betas, decay, schedule
+  std::string model;             // --model
+  std::string optimizer;         // sgd | adam | adamw
+  std::string optimizer_config;  // full description: lr, momentum, betas, decay, schedule
   std::int64_t num_ps = 0, num_workers = 0, towers = 0;
   std::vector<std::uint64_t> shard_boundaries;  // the writer's shard plan
-  std::uint64_t seed = 0;          // weights and data order (the only random state)
-  std::string config;              // the writer's resolved configuration (INI)
-  std::string created;             // UTC, ISO 8601
-  std::uint64_t checksum = 0;      // sum of element hashes of every dataset (see format doc)
+  std::uint64_t seed = 0;                       // weights and data order (the only random state)
+  std::string config;                           // the writer's resolved configuration (INI)
+  std::string created;                          // UTC, ISO 8601
+  std::uint64_t checksum = 0;                   // sum of element hashes of every dataset (see format doc)
 };
 
 // This PS's part of the state: the flat range [begin, end) of the parameters and of each

@@ -31,10 +31,10 @@ namespace drt::io {
 // Where this PS's part of a new checkpoint goes: one entry per dataset that intersects the shard.
 struct CheckpointParts {
   struct Part {
-    std::string dataset;        // "/params/fc1.weight"
-    std::size_t array = 0;      // 0: ShardView::params; k >= 1: ShardView::slots[k - 1]
+    std::string dataset;           // "/params/fc1.weight"
+    std::size_t array = 0;         // 0: ShardView::params; k >= 1: ShardView::slots[k - 1]
     std::size_t shard_offset = 0;  // first element, relative to the shard
-    std::size_t first = 0;      // first element, relative to the dataset (row-major flat index)
+    std::size_t first = 0;         // first element, relative to the dataset (row-major flat index)
     std::size_t count = 0;
     std::uint64_t file_offset = 0;  // byte offset of element `first` in the file
   };

@@ -18,7 +18,7 @@ using Stream = void*;
 void add_bias_rows(float* y, const float* bias, int rows, int cols, Stream stream);
 // grad_bias[j] = sum over r of dy[r][j], summed in row order (overwrites).
 void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols, Stream stream);
-void relu_forward(const float* x, float* y, std::size_t n, Stream stream);                    // in place ok
+void relu_forward(const float* x, float* y, std::size_t n, Stream stream);                     // in place ok
 void relu_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream);  // in place ok
 // y = a * x + b * y (tower averaging, gradient scaling).
 void axpby(float a, const float* x, float b, float* y, std::size_t n, Stream stream);

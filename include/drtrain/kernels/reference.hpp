@@ -22,8 +22,8 @@ struct XentSums {
   double loss = 0.0;
   std::int64_t correct = 0;
 };
-XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                               float* dlogits, float grad_scale);
+XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
+                               float grad_scale);
 
 void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,
                 std::size_t n);

@@ -64,8 +64,8 @@ struct AdamCoefficients {
   float beta1 = 0.9f, beta2 = 0.999f;
   float one_minus_beta1 = 0.1f, one_minus_beta2 = 0.001f;  // formed in double, as torch does
   float eps = 1e-8f;
-  float l2 = 0.0f;       // adam: weight decay added to the gradient
-  float shrink = 1.0f;   // adamw: p *= 1 - lr * wd (decoupled)
+  float l2 = 0.0f;              // adam: weight decay added to the gradient
+  float shrink = 1.0f;          // adamw: p *= 1 - lr * wd (decoupled)
   float step_size = 0.0f;       // lr / (1 - beta1^t)
   float inv_sqrt_bias2 = 1.0f;  // 1 / sqrt(1 - beta2^t)
 };

@@ -63,10 +63,10 @@ class Network {
   backend::Backend& device_;
   int max_batch_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<TensorShape> shapes_;       // per-sample shape entering layer i; back() = logits
+  std::vector<TensorShape> shapes_;  // per-sample shape entering layer i; back() = logits
   std::vector<backend::DeviceBuffer> storage_;
-  std::vector<float*> acts_;              // acts_[i] = input of layer i; acts_.back() = logits
-  backend::DeviceBuffer grad_a_, grad_b_; // ping-pong buffers for activation gradients
+  std::vector<float*> acts_;               // acts_[i] = input of layer i; acts_.back() = logits
+  backend::DeviceBuffer grad_a_, grad_b_;  // ping-pong buffers for activation gradients
   float* grads_ = nullptr;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // per layer, flat-space elements
   LayerHooks hooks_;

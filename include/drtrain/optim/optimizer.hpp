@@ -52,8 +52,7 @@ class Optimizer {
   // For i in [0, n): params[i] updated with gradient grad[i] * grad_scale; the state used is
   // that of shard element offset + i. Must follow begin_step(); blocks of one step may come in
   // any order, each element once.
-  virtual void update(std::size_t offset, std::size_t n, float* params, const float* grad,
-                      float grad_scale) = 0;
+  virtual void update(std::size_t offset, std::size_t n, float* params, const float* grad, float grad_scale) = 0;
 
   const OptimizerConfig& config() const { return config_; }
   double current_lr() const { return lr_; }

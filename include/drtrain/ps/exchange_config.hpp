@@ -50,11 +50,11 @@ struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   Wire wire = Wire::kFp32;
-  bool deterministic = false;             // --deterministic: the same as push = kSlots
+  bool deterministic = false;  // --deterministic: the same as push = kSlots
   // Largest RMA operation and synchronisation block; 0 = by layout (chunk_bytes_for).
   std::size_t chunk_bytes = 0;
-  double hang_timeout_s = 300.0;                   // passive waits give up after this
-  int max_nap_us = 100;                            // longest sleep between polls
+  double hang_timeout_s = 300.0;  // passive waits give up after this
+  int max_nap_us = 100;           // longest sleep between polls
 
   // bf16 on the wire always goes into per-worker slots.
   GradPush grad_push() const { return deterministic || wire == Wire::kBf16 ? GradPush::kSlots : push; }

@@ -23,9 +23,9 @@ class ServerProtocol;
 
 struct ServerStats {
   std::int64_t steps = 0;
-  double wait_s = 0.0;     // waiting for pushes (includes the workers' compute time)
-  double apply_s = 0.0;    // optimizer, slot sums and zeroing
-  double publish_s = 0.0;  // publishing versions (fence: includes the workers' pulls)
+  double wait_s = 0.0;                   // waiting for pushes (includes the workers' compute time)
+  double apply_s = 0.0;                  // optimizer, slot sums and zeroing
+  double publish_s = 0.0;                // publishing versions (fence: includes the workers' pulls)
   std::size_t apply_progress_calls = 0;  // MPI progress turns taken inside applies (comm/progress.hpp)
 };
 
@@ -36,8 +36,7 @@ class ParameterServer {
   // `first_update` the number of updates applied before it (-1: first_step; they differ after a
   // resume at another --batch-size, optim::Optimizer::begin_step).
   ParameterServer(const comm::Topology& topo, const ShardPlan& plan, const ExchangeConfig& config,
-                  const optim::OptimizerConfig& optimizer, std::int64_t first_step = 0,
-                  std::int64_t first_update = -1);
+                  const optim::OptimizerConfig& optimizer, std::int64_t first_step = 0, std::int64_t first_update = -1);
   ~ParameterServer();
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;

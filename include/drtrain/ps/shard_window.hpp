@@ -55,8 +55,8 @@ struct WindowSpot {
 class ShardLayout {
  public:
   // wire_bytes: bytes per element pushed and pulled (4: float32; 2: bf16, which needs slots).
-  ShardLayout(std::size_t shard_size, std::size_t block_elems, int num_workers, int stripes,
-              bool per_worker_slots, bool single_data_window, std::size_t wire_bytes = 4);
+  ShardLayout(std::size_t shard_size, std::size_t block_elems, int num_workers, int stripes, bool per_worker_slots,
+              bool single_data_window, std::size_t wire_bytes = 4);
 
   std::size_t shard_size() const { return shard_size_; }
   int num_blocks() const { return num_blocks_; }  // at least 1 (an empty shard has one empty block)

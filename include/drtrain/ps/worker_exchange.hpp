@@ -130,9 +130,9 @@ class WorkerExchange {
   ExchangeConfig config_;
   std::size_t chunk_elems_;
   ShardWindow window_;
-  std::unique_ptr<WorkerProtocol> protocol_;  // the --rma-sync mode's data movement and synchronisation
-  std::int64_t pushes_ = 0;          // steps whose push this worker has finished
-  std::size_t pushed_elements_ = 0;  // in the step being pushed
+  std::unique_ptr<WorkerProtocol> protocol_;            // the --rma-sync mode's data movement and synchronisation
+  std::int64_t pushes_ = 0;                             // steps whose push this worker has finished
+  std::size_t pushed_elements_ = 0;                     // in the step being pushed
   std::vector<std::vector<std::size_t>> block_filled_;  // per PS, per block: elements pushed
   bool finished_ = false;
   ExchangeTimes times_;

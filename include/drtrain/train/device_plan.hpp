@@ -16,7 +16,7 @@ struct TrainConfig;
 
 struct DevicePlan {
   backend::DeviceKind kind = backend::DeviceKind::kCpu;
-  std::vector<int> gpus;         // kCuda: one visible-GPU index per tower
+  std::vector<int> gpus;  // kCuda: one visible-GPU index per tower
   bool allow_tf32 = false;
   bool deterministic = false;
   std::string describe() const;  // "cpu" or "cuda: GPUs [0,1] (NVIDIA H200 ...)"

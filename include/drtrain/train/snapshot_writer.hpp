@@ -28,7 +28,7 @@ class SnapshotWriter {
 
   // Copies `live` (the parameters and every slot of the shard) and starts writing the copy to
   // `parts`. Not while a write is running.
-  struct Faults {       // tests only (core/test_faults.hpp)
+  struct Faults {        // tests only (core/test_faults.hpp)
     double delay_s = 0;  // a slow file system: the thread first spends this long in small steps
     bool fail = false;   // a full one: the write fails
   };
@@ -49,8 +49,8 @@ class SnapshotWriter {
   std::thread thread_;
   std::atomic<bool> finished_{false};
   std::atomic<std::size_t> progress_{0};
-  std::uint64_t sum_ = 0;        // written by the thread before finished_, read after the join
-  std::exception_ptr error_;     // likewise
+  std::uint64_t sum_ = 0;     // written by the thread before finished_, read after the join
+  std::exception_ptr error_;  // likewise
 };
 
 }  // namespace drt::train

@@ -32,16 +32,15 @@ class Timeline {
 
   static constexpr std::size_t kDefaultMaxSpans = 200000;
 
-  explicit Timeline(bool enabled, std::size_t max_spans = kDefaultMaxSpans) : enabled_(enabled), max_spans_(max_spans) {}
+  explicit Timeline(bool enabled, std::size_t max_spans = kDefaultMaxSpans)
+      : enabled_(enabled), max_spans_(max_spans) {}
   bool enabled() const { return enabled_; }
   // A span on this rank; `name` must outlive the timeline (string literals).
   void span(const char* name, double start_s, double end_s, std::int64_t step = -1, int track = kMainTrack) {
     if (!enabled_) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    if (spans_.size() < max_spans_)
-      spans_.push_back({name, start_s, end_s, step, track});
-    else
-      ++dropped_;
+    if (spans_.size() < max_spans_) spans_.push_back({name, start_s, end_s, step, track});
+    else ++dropped_;
   }
   std::size_t size() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -63,7 +62,7 @@ class Timeline {
   // Returns, on rank 0, the spans dropped on all ranks (0 elsewhere); the trace's metadata
   // ("drtrain_dropped_spans") says so too.
   std::uint64_t write(const comm::Topology& topo, const std::string& path, double timeout_s, int max_nap_us,
-             std::size_t piece_bytes = comm::kMaxPieceBytes) const;
+                      std::size_t piece_bytes = comm::kMaxPieceBytes) const;
 
  private:
   struct Span {

@@ -22,33 +22,34 @@ struct TrainConfig {
   std::int64_t max_steps = 0;  // 0: no limit besides --epochs
   int batch_size = 128;        // global batch: workers x towers x per-tower batch
   int towers = 1;
-  std::string device = "auto";  // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
-  bool cuda_tf32 = false;       // TF32 tensor cores in cuBLAS/cuDNN
-  bool cuda_debug_sync = false; // wait after every CUDA call (errors point at their call)
+  std::string device = "auto";   // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
+  bool cuda_tf32 = false;        // TF32 tensor cores in cuBLAS/cuDNN
+  bool cuda_debug_sync = false;  // wait after every CUDA call (errors point at their call)
   LayoutOptions layout;
   ps::ExchangeConfig exchange;
   optim::OptimizerConfig optimizer;
   std::uint64_t seed = 1;
-  std::string metrics;  // JSON lines file; empty: none
+  std::string metrics;   // JSON lines file; empty: none
   std::string timeline;  // Chrome trace file; empty: none
   std::size_t timeline_max_spans = 200000;
-  std::string stop_signals = "TERM,USR1";  // core/stop_signals.hpp; "none": default actions  // spans a rank keeps for --timeline (Timeline)
-  int log_every = 50;   // steps between progress lines and metrics records
-  int threads = 0;      // BLAS threads per worker; 0: cores on the node / workers on the node
+  std::string stop_signals =
+      "TERM,USR1";  // core/stop_signals.hpp; "none": default actions  // spans a rank keeps for --timeline (Timeline)
+  int log_every = 50;  // steps between progress lines and metrics records
+  int threads = 0;     // BLAS threads per worker; 0: cores on the node / workers on the node
   // Overlap the exchange with compute (a worker's exchange thread: push during backward, pull
   // during the next forward) where possible (CPU towers, --rma-sync passive, MPI with
   // MPI_THREAD_SERIALIZED); off by default until it is faster (docs/ARCHITECTURE.md).
   bool overlap = false;
-  std::size_t bucket_kib = 4096;  // --overlap: the smallest gradient bucket pushed at once
-  bool eval = true;     // evaluate on the test set after every epoch
-  std::string checkpoint_dir;        // empty: no checkpoints
-  std::int64_t checkpoint_every = 0; // steps between checkpoints (0: none)
-  double checkpoint_secs = 0.0;      // seconds between checkpoints (0: none)
-  int keep = 3;                      // newest checkpoints kept
+  std::size_t bucket_kib = 4096;      // --overlap: the smallest gradient bucket pushed at once
+  bool eval = true;                   // evaluate on the test set after every epoch
+  std::string checkpoint_dir;         // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: none)
+  double checkpoint_secs = 0.0;       // seconds between checkpoints (0: none)
+  int keep = 3;                       // newest checkpoints kept
   // Saves during training snapshot the PS's shard and write it on a thread while training goes
   // on (train/checkpointer.hpp); false: the serve loop writes (no snapshot memory).
   bool checkpoint_async = true;
-  std::string resume;                // "": fresh start; "latest": newest valid in checkpoint_dir; else a file
+  std::string resume;  // "": fresh start; "latest": newest valid in checkpoint_dir; else a file
 
   // Checks values that need no MPI (ranges, choices); ConfigError naming the flag.
   void validate() const;

@@ -17,8 +17,8 @@ struct TrainOutputs {
   std::vector<float> final_params;  // workers: the flat parameters after the last step
   double test_accuracy = 0.0;       // workers: the last evaluation
   double test_loss = 0.0;
-  std::int64_t steps = 0;           // the step counter at the end (total steps unless stopped)
-  int stop_signal = 0;              // the stop signal that ended the run early, 0 if none
+  std::int64_t steps = 0;  // the step counter at the end (total steps unless stopped)
+  int stop_signal = 0;     // the stop signal that ended the run early, 0 if none
 };
 
 // Returns the exit status: 0, or kStoppedExitStatus (core/stop_signals.hpp) on every rank when a

@@ -11,6 +11,8 @@
 // by heuristics, keeping the fastest whose workspace fits kMaxWorkspace; with
 // --deterministic only algorithms cuDNN reports as deterministic qualify. Math: FMA only (exact
 // float32, comparable with the CPU) unless TF32 is allowed (--cuda-tf32).
+#include "drtrain/backend/cuda_backend.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,7 +23,6 @@
 #include <tuple>
 #include <vector>
 
-#include "drtrain/backend/cuda_backend.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/launchers.hpp"
@@ -294,7 +295,8 @@ class CudaBackend final : public Backend {
 
  private:
   const ConvPlan& conv_plan(const Conv2dShape& s) {
-    const auto key = std::make_tuple(s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.pad);
+    const auto key =
+        std::make_tuple(s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.pad);
     auto it = conv_plans_.find(key);
     if (it != conv_plans_.end()) return *it->second;
     auto p = std::make_unique<ConvPlan>();
@@ -314,8 +316,8 @@ class CudaBackend final : public Backend {
                                                          kAsk, &got, fwd.data()));
     const auto f = pick_algorithm(fwd, got, options_.deterministic, "forward", s);
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bwd_data(kAsk);
-    DRT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, p->w.get(), p->y.get(), p->conv.get(),
-                                                              p->x.get(), kAsk, &got, bwd_data.data()));
+    DRT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, p->w.get(), p->y.get(), p->conv.get(), p->x.get(),
+                                                              kAsk, &got, bwd_data.data()));
     const auto d = pick_algorithm(bwd_data, got, options_.deterministic, "backward-data", s);
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bwd_filter(kAsk);
     DRT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, p->x.get(), p->y.get(), p->conv.get(),
@@ -360,8 +362,8 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::array<cudaEvent_t, kMarks> marks_{};
-  double* loss_sums_ = nullptr;   // device: loss, correct, bad labels
-  double* loss_host_ = nullptr;   // pinned
+  double* loss_sums_ = nullptr;  // device: loss, correct, bad labels
+  double* loss_host_ = nullptr;  // pinned
   double* row_scratch_ = nullptr;
   std::size_t row_scratch_rows_ = 0;
   void* workspace_ = nullptr;
@@ -375,8 +377,8 @@ class CudaBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
   const CudaDevices gpus = query_cuda_devices();
   if (options.device < 0 || options.device >= gpus.count)
-    throw ConfigError(str("GPU ", options.device, " is not available: ",
-                          gpus.count == 0 ? gpus.why_none : str(gpus.count, " GPU(s) visible"),
+    throw ConfigError(str("GPU ", options.device,
+                          " is not available: ", gpus.count == 0 ? gpus.why_none : str(gpus.count, " GPU(s) visible"),
                           " (CUDA_VISIBLE_DEVICES=", gpus.visible_env, ")"));
   return std::make_unique<CudaBackend>(options);
 }

@@ -70,8 +70,9 @@ class NcclTowerGroup final : public TowerGroup {
     if (towers_.size() > 1) {
       DRT_NCCL_CHECK(ncclGroupStart(), nullptr);
       for (std::size_t t = 0; t < towers_.size(); ++t)
-        DRT_NCCL_CHECK(ncclReduce(towers_[t].grads, towers_[t].grads, n_, ncclFloat, ncclSum, 0, comms_[t], streams_[t]),
-                       comms_[t]);
+        DRT_NCCL_CHECK(
+            ncclReduce(towers_[t].grads, towers_[t].grads, n_, ncclFloat, ncclSum, 0, comms_[t], streams_[t]),
+            comms_[t]);
       DRT_NCCL_CHECK(ncclGroupEnd(), nullptr);
     }
     // The device-to-host copy follows the reduce on tower 0's stream; the host waits on an event
