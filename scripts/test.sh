@@ -5,12 +5,14 @@
 # installed; then the same suite in the CPU-only configuration (-DDRT_ENABLE_CUDA=OFF) against
 # MPICH (scripts/mpich_check.sh, in build-mpich/), so neither configuration rots; then the
 # sanitizer pass (scripts/sanitizer_check.sh, in build-asan/); then 20 s of each libFuzzer
-# target (scripts/fuzz_check.sh, clang, in build-fuzz/). Exits non-zero on any failure;
-# safe to run again.
+# target (scripts/fuzz_check.sh, clang, in build-fuzz/). First of all, the lint check
+# (scripts/lint_check.sh: clang-tidy and clang-format, a few minutes). Exits non-zero on any
+# failure; safe to run again.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 "$DRT_ROOT/scripts/install_deps.sh"
+"$DRT_ROOT/scripts/lint_check.sh"
 drt_build -DDRT_WARNINGS_AS_ERRORS=ON
 ctest --test-dir "$DRT_BUILD" --output-on-failure -j "$DRT_JOBS"
 "$DRT_ROOT/scripts/mpich_check.sh"
