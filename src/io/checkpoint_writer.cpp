@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <new>
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/progress.hpp"
@@ -33,7 +35,11 @@ void close_file(H5Id& file, const std::string& path) {
 // returns each dataset's byte offset, in schema::dataset_paths order.
 std::vector<std::uint64_t> create_file(const std::string& path, const CheckpointMeta& meta, const ParamLayout& layout,
                                        const std::vector<std::string>& slot_names) {
-  const hid_t raw = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // Datasets of 4 KiB or more start on a 4 KiB boundary, so that most of every PS's part is whole
+  // blocks (direct I/O: PartFile below).
+  H5Id fapl(DRT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate"));
+  DRT_H5_CHECK(H5Pset_alignment(fapl, 4096, 4096), "H5Pset_alignment");
+  const hid_t raw = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
   if (raw < 0) throw Error(str("creating ", path, ": ", hdf5_error_stack()));
   std::vector<std::uint64_t> offsets;
   {
@@ -80,6 +86,83 @@ void write_fully(int fd, const char* data, std::size_t bytes, std::uint64_t at, 
   }
 }
 
+// One PS's descriptors of the file: through the page cache, and with O_DIRECT where the file
+// system takes it (-1 where it does not, e.g. tmpfs). Direct I/O sends whole blocks from an
+// aligned buffer straight to the disk: no copy into the page cache and no reclaim of it later.
+// Measured on a 2-core VM whose cores training kept busy: the buffered path cost the writer
+// thread 0.6-0.8 s of kernel CPU per 281 MiB save; bench/RESULTS.md has the direct figures.
+class PartFile {
+ public:
+  explicit PartFile(const std::string& path) : path_(path) {
+    buffered_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (buffered_ < 0) throw Error(str("opening ", path, " to write this PS's part: ", errno_text(errno)));
+    direct_ = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_DIRECT);
+    if (direct_ >= 0) {
+      bounce_ = static_cast<char*>(std::aligned_alloc(kBlock, kWritePiece));
+      if (!bounce_) throw std::bad_alloc();
+    }
+  }
+  ~PartFile() {
+    std::free(bounce_);
+    if (direct_ >= 0) ::close(direct_);
+    if (buffered_ >= 0) ::close(buffered_);
+  }
+  PartFile(const PartFile&) = delete;
+  PartFile& operator=(const PartFile&) = delete;
+
+  // Writes `bytes` at file offset `at` in pieces of at most kWritePiece, calling after_piece(n)
+  // with the bytes of each: the blocks that lie wholly inside the range directly, the unaligned
+  // head and tail through the page cache.
+  template <typename AfterPiece>
+  void write(const char* data, std::size_t bytes, std::uint64_t at, AfterPiece after_piece) {
+    const std::uint64_t end = at + bytes;
+    std::uint64_t a0 = (at + kBlock - 1) / kBlock * kBlock, a1 = end / kBlock * kBlock;
+    if (direct_ < 0 || a0 >= a1) a0 = a1 = end;  // all through the page cache
+    buffered(data, a0 - at, at, after_piece);
+    for (std::uint64_t x = a0; x < a1;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kWritePiece, a1 - x));
+      std::memcpy(bounce_, data + (x - at), n);
+      const ssize_t done = ::pwrite(direct_, bounce_, n, static_cast<off_t>(x));
+      if (done < 0 && errno == EINTR) continue;
+      if (done < 0 && errno == EINVAL && x == a0) {  // the file system opened it but takes no direct writes
+        ::close(direct_);
+        direct_ = -1;
+        buffered(data + (x - at), static_cast<std::size_t>(end - x), x, after_piece);
+        return;
+      }
+      if (done <= 0)
+        throw Error(str("writing ", path_, ": ", done < 0 ? errno_text(errno) : "no progress (disk full?)"));
+      x += static_cast<std::uint64_t>(done);
+      after_piece(static_cast<std::size_t>(done));
+    }
+    buffered(data + (a1 - at), static_cast<std::size_t>(end - a1), a1, after_piece);
+  }
+
+  // Every byte written reaches the disk, the file's metadata too; then the descriptors close.
+  void sync_and_close() {
+    if (::fsync(buffered_) != 0) throw Error(str("fsync of ", path_, ": ", errno_text(errno)));
+    const int fd = buffered_;
+    buffered_ = -1;
+    if (::close(fd) != 0) throw Error(str("closing ", path_, ": ", errno_text(errno)));
+  }
+
+ private:
+  static constexpr std::size_t kBlock = 4096;  // O_DIRECT alignment of offsets, sizes and memory
+
+  template <typename AfterPiece>
+  void buffered(const char* data, std::size_t bytes, std::uint64_t at, AfterPiece& after_piece) {
+    for (std::size_t a = 0; a < bytes; a += kWritePiece) {
+      const std::size_t n = std::min(kWritePiece, bytes - a);
+      write_fully(buffered_, data + a, n, at + a, path_);
+      after_piece(n);
+    }
+  }
+
+  std::string path_;
+  int buffered_ = -1, direct_ = -1;
+  char* bounce_ = nullptr;
+};
+
 }  // namespace
 
 std::size_t CheckpointParts::bytes() const {
@@ -121,29 +204,18 @@ CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path,
 
 std::uint64_t write_parts(const CheckpointParts& parts, const ShardView& shard,
                           const std::function<void(std::size_t)>& after_piece) {
-  const int fd = ::open(parts.path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(str("opening ", parts.path, " to write this PS's part: ", errno_text(errno)));
+  PartFile file(parts.path);
   std::uint64_t sum = 0;
   std::size_t written = 0;
-  try {
-    for (const CheckpointParts::Part& p : parts.parts) {
-      const float* data = (p.array == 0 ? shard.params : shard.slots[p.array - 1]) + p.shard_offset;
-      constexpr std::size_t kPieceElements = kWritePiece / sizeof(float);
-      for (std::size_t a = 0; a < p.count; a += kPieceElements) {
-        const std::size_t n = std::min(kPieceElements, p.count - a);
-        write_fully(fd, reinterpret_cast<const char*>(data + a), n * sizeof(float), p.file_offset + a * sizeof(float),
-                    parts.path);
-        sum += checksum_part(p.dataset, p.first + a, data + a, n);  // the piece is still in cache
-        written += n * sizeof(float);
-        if (after_piece) after_piece(written);
-      }
-    }
-    if (::fsync(fd) != 0) throw Error(str("fsync of ", parts.path, ": ", errno_text(errno)));
-  } catch (...) {
-    ::close(fd);
-    throw;
+  for (const CheckpointParts::Part& p : parts.parts) {
+    const float* data = (p.array == 0 ? shard.params : shard.slots[p.array - 1]) + p.shard_offset;
+    sum += checksum_part(p.dataset, p.first, data, p.count);
+    file.write(reinterpret_cast<const char*>(data), p.count * sizeof(float), p.file_offset, [&](std::size_t n) {
+      written += n;
+      if (after_piece) after_piece(written);
+    });
   }
-  if (::close(fd) != 0) throw Error(str("closing ", parts.path, ": ", errno_text(errno)));
+  file.sync_and_close();
   return sum;
 }
 

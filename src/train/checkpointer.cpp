@@ -186,6 +186,7 @@ void Checkpointer::after_step(std::int64_t step) {
       verdict = c.checkpoint_async && in_flight_ ? kSkip : kSave;
     DRT_MPI_CHECK(MPI_Bcast(&verdict, 1, MPI_INT, 0, job_.topo.role_comm().get()));
     if (verdict == kSkip) {
+      last_skipped_ = step;
       if (lead && skipped_++ == 0)
         log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ", in_flight_->updates,
                     " is still being written in the background (checkpoints are due faster "
@@ -202,6 +203,7 @@ void Checkpointer::after_step(std::int64_t step) {
 void Checkpointer::finish(std::int64_t step) {
   if (job_.config.checkpoint_dir.empty()) return;
   wait_in_flight();
+  if (step == last_skipped_ && skipped_ > 0) --skipped_;  // written below after all
   if (skipped_ > 0)
     log_info(skipped_, " checkpoint(s) skipped in all because the previous one was still being written");
   if (step == last_saved_) return;

@@ -104,6 +104,7 @@ class Checkpointer {
   double last_time_;
   double blocked_s_ = 0.0;
   int skipped_ = 0;  // PS 0: saves skipped because the previous one was still being written
+  std::int64_t last_skipped_ = -1;
 };
 
 }  // namespace drt::train
