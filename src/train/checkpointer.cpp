@@ -175,29 +175,49 @@ void Checkpointer::after_step(std::int64_t step) {
   advance();
   const bool lead = job_.topo.role_index() == 0;
   bool due = c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0;
-  if (c.checkpoint_secs > 0 || (due && c.checkpoint_async)) {
-    // PS 0 decides, so that every PS saves at the same step: by its clock for --checkpoint-secs,
-    // and whether the previous background save is done (when PS 0 has seen it complete, every
-    // PS has written its part). A save due while the previous one is still being written is
-    // skipped: training never waits for the file system.
-    enum Verdict : int { kNone, kSave, kSkip };
-    int verdict = kNone;
-    if (lead && (due || (c.checkpoint_secs > 0 && now_seconds() - last_time_ >= c.checkpoint_secs)))
-      verdict = c.checkpoint_async && in_flight_ ? kSkip : kSave;
-    DRT_MPI_CHECK(MPI_Bcast(&verdict, 1, MPI_INT, 0, job_.topo.role_comm().get()));
-    if (verdict == kSkip) {
-      last_skipped_ = step;
-      if (lead && skipped_++ == 0)
-        log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ", in_flight_->updates,
-                    " is still being written in the background (checkpoints are due faster "
-                    "than the file system writes them: raise --checkpoint-every or --checkpoint-secs)");
-      return;
-    }
-    due = verdict == kSave;
+  if (c.checkpoint_secs > 0) {
+    // PS 0's clock decides, so that every PS saves at the same step.
+    int by_time = lead && now_seconds() - last_time_ >= c.checkpoint_secs;
+    DRT_MPI_CHECK(MPI_Bcast(&by_time, 1, MPI_INT, 0, job_.topo.role_comm().get()));
+    due = due || by_time;
   }
   if (!due) return;
+  if (c.checkpoint_async && in_flight_ && !settle_in_flight(step)) return;
   if (c.checkpoint_async) start_async(step);
   else save_now(step);
+}
+
+bool Checkpointer::settle_in_flight(std::int64_t step) {
+  // The previous background save is still going: training waits for it, at most half the hang
+  // timeout (the workers wait for this PS meanwhile), each PS until its own part is written and
+  // PS 0 until every part is (it has then seen the completion). PS 0 decides whether this save
+  // goes ahead, so that every PS does the same.
+  const bool lead = job_.topo.role_index() == 0;
+  const double t0 = now_seconds();
+  const std::int64_t previous = in_flight_->updates;
+  comm::PollWaiter waiter(0.5 * job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
+  while (!advance() && (lead || !in_flight_->reducing))
+    if (!waiter.pause()) break;
+  int go = lead && !in_flight_;
+  DRT_MPI_CHECK(MPI_Bcast(&go, 1, MPI_INT, 0, job_.topo.role_comm().get()));
+  const double waited = now_seconds() - t0;
+  if (!go) {
+    last_skipped_ = step;
+    if (lead && skipped_++ == 0)
+      log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ", previous,
+                  " is still being written after ", waited,
+                  " s (half of --hang-timeout): checkpoints are due faster "
+                  "than the file system writes them (raise --checkpoint-every or --checkpoint-secs)");
+    return false;
+  }
+  if (lead && !warned_wait_ && waited > 0.05) {
+    warned_wait_ = true;
+    log_warning("the checkpoint after ", updates_at(step), " updates waited ", waited, " s for the one after ",
+                previous,
+                " to be written in the background: checkpoints are due about as fast as the file system "
+                "writes them, and training pauses meanwhile (raise --checkpoint-every or --checkpoint-secs)");
+  }
+  return true;
 }
 
 void Checkpointer::finish(std::int64_t step) {

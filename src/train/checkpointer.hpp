@@ -11,8 +11,9 @@
 //                     while the serve loop goes on; once every PS's part is on disk (a
 //                     nonblocking all-reduce of the checksum terms, tested after each step)
 //                     PS 0 writes the checksum and publishes the file. One save at a time: a
-//                     save due while the previous one is still being written is skipped
-//                     (PS 0 decides, with a warning), so training never waits for the disk.
+//                     save due while the previous one is still being written waits for it, at
+//                     most half of --hang-timeout, then goes ahead or (PS 0 decides, with a
+//                     warning) is skipped, so a slow disk never turns into a hang.
 //                     The directory was made and checked at start-up, on every PS, with the
 //                     verdict shared by every rank (check_outputs() in trainer.cpp).
 #pragma once
@@ -81,11 +82,12 @@ class Checkpointer {
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
-  void save_now(std::int64_t step);     // synchronous (the final save, --checkpoint-async false)
-  void start_async(std::int64_t step);  // snapshot, file creation, writer thread
-  bool advance();                       // moves an in-flight save on; true when none is left
-  void wait_in_flight();                // advance() until true (HangError after --hang-timeout)
-  void complete_in_flight();            // every PS's part is written: PS 0 completes, publishes
+  void save_now(std::int64_t step);          // synchronous (the final save, --checkpoint-async false)
+  void start_async(std::int64_t step);       // snapshot, file creation, writer thread
+  bool advance();                            // moves an in-flight save on; true when none is left
+  bool settle_in_flight(std::int64_t step);  // a save is due and one is in flight: wait; go ahead?
+  void wait_in_flight();                     // advance() until true (HangError after --hang-timeout)
+  void complete_in_flight();                 // every PS's part is written: PS 0 completes, publishes
   void publish(const std::string& temp, const std::string& final_path, double bytes, const std::string& how);  // PS 0
   io::ShardView live_view() const;
   io::CheckpointMeta meta(std::int64_t step) const;
@@ -104,6 +106,7 @@ class Checkpointer {
   double last_time_;
   double blocked_s_ = 0.0;
   int skipped_ = 0;  // PS 0: saves skipped because the previous one was still being written
+  bool warned_wait_ = false;
   std::int64_t last_skipped_ = -1;
 };
 

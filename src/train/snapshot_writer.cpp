@@ -1,9 +1,5 @@
 #include "drtrain/train/snapshot_writer.hpp"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -12,16 +8,6 @@
 #include "drtrain/core/strings.hpp"
 
 namespace drt::train {
-namespace {
-
-// The calling thread yields the CPU to everything else of the same user at normal priority
-// (Linux: nice applies per thread): a background save takes only cores that training leaves
-// idle, so on a node whose cores the workers keep busy it slows training as little as it can.
-void lower_priority() {
-  (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);  // failure: normal priority
-}
-
-}  // namespace
 
 SnapshotWriter::~SnapshotWriter() {
   if (thread_.joinable()) thread_.join();
@@ -44,7 +30,6 @@ void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live,
   sum_ = 0;
   error_ = nullptr;
   thread_ = std::thread([this, parts = std::move(parts), copy = std::move(copy), faults] {
-    lower_priority();
     const auto bump = [this](std::size_t) { progress_.fetch_add(1, std::memory_order_relaxed); };
     for (double slept = 0; slept < faults.delay_s; slept += 0.05) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

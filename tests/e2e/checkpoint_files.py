@@ -16,8 +16,9 @@ CASE:
             same step, the PS save, every rank exits 75, and --resume then ends bitwise where an
             uninterrupted run ends
   slow      a background checkpoint slower than --hang-timeout (every PS's write sleeps 3 s first):
-            training goes on, saves due meanwhile are skipped with a warning, the job ends normally,
-            and every checkpoint is bitwise the one a run with --checkpoint-async false writes
+            training goes on, saves due meanwhile wait half the hang timeout and are then skipped
+            with a warning, the job ends normally, and every checkpoint is bitwise the one a run
+            with --checkpoint-async false writes
   full      a background write that fails on one of 2 PS (disk full): the job ends at once with an
             error naming the checkpoint, nothing half-written is published, --resume continues
             from the previous checkpoint
