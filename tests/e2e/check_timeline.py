@@ -5,7 +5,7 @@ each. Sequential step (--overlap false): workers show data wait, forward, backwa
 combine, push, ps wait, pull, evaluation on their track. Overlapped step (--overlap, small
 buckets): workers show data wait, forward, backward, evaluation on their track and push, pull on
 an "exchange thread" track, with pushes starting while backward still runs. PS: ps wait, ps
-apply, checkpoint. The metrics records carry the per-worker step statistics and the exposed
+apply, checkpoint snapshot. The metrics records carry the per-worker step statistics and the exposed
 exchange time, and scripts/plot_metrics.py turns the metrics into a PNG.
 
 usage: check_timeline.py --bin BUILD/bin --mpiexec "mpiexec ..." --work DIR
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SEQUENTIAL_SPANS = {"data wait", "forward", "backward", "tower combine", "push", "ps wait", "pull", "evaluation"}
 OVERLAP_SPANS = {"data wait", "forward", "backward", "evaluation"}
 EXCHANGE_THREAD_SPANS = {"push", "pull"}
-PS_SPANS = {"ps wait", "ps apply", "checkpoint"}
+PS_SPANS = {"ps wait", "ps apply", "checkpoint snapshot"}  # the saves at 20 and 40 go in the background
 
 
 def fail(message):
