@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The code that parses untrusted files (IDX datasets, HDF5 checkpoints) under AddressSanitizer and
 # UndefinedBehaviorSanitizer: a separate build in build-asan/, then the data unit tests and the
-# checkpoint file tests (good, broken and crashed files); then ThreadSanitizer over the tests of
-# the code that runs threads without MPI: the data tests (the batch loader's producer thread) and
-# the background checkpoint writer's (build-tsan/, about a minute). Run by scripts/test.sh. (The
-# whole suite runs under UndefinedBehaviorSanitizer in the MPICH pass, scripts/mpich_check.sh.)
+# checkpoint file tests (good, broken and crashed files); then ThreadSanitizer over the data tests,
+# whose batch loader runs a producer thread (build-tsan/, about a minute). Run by scripts/test.sh.
+# (The whole suite runs under UndefinedBehaviorSanitizer in the MPICH pass, scripts/mpich_check.sh.)
+# Not under TSan: the background checkpoint writer's test (tests/unit/test_snapshot_writer.cpp)
+# crashes at start under TSan before any test runs, as does any binary here that links Open MPI's
+# libraries, even without MPI_Init.
 # (The worker's exchange thread, --overlap, is not under TSan yet: built with -fsanitize=thread,
 # the MPI tests die of SIGSEGV under both Open MPI 4.1 and MPICH 4.0, with --overlap and without,
 # and Open MPI adds lock-order reports inside its TCP transport; cause not investigated.)
@@ -27,7 +29,6 @@ done
 DRT_BUILD="$DRT_ROOT/build-tsan"
 cmake -S "$DRT_ROOT" -B "$DRT_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDRT_SANITIZE=thread \
       -DDRT_ENABLE_CUDA=OFF -DDRT_BUILD_BENCH=OFF "-DDRT_MPIEXEC_FLAGS=${flags// /;}"
-cmake --build "$DRT_BUILD" -j "$DRT_JOBS" --target test_data test_snapshot_writer
+cmake --build "$DRT_BUILD" -j "$DRT_JOBS" --target test_data
 TSAN_OPTIONS=halt_on_error=1 "$DRT_BUILD/tests/test_data"
-TSAN_OPTIONS=halt_on_error=1 "$DRT_BUILD/tests/test_snapshot_writer"
 echo "sanitizer check: passed"

@@ -1,8 +1,7 @@
 // SnapshotWriter: the background write of a PS's part of a checkpoint writes the state as it was
 // at start(), whatever the caller does to the live buffers afterwards; its checksum term is the
 // one of that state; failures come back from take(). No MPI: the file here is a plain file of the
-// right size (io::write_parts only pwrites at the offsets it is given). Also run under
-// ThreadSanitizer (scripts/sanitizer_check.sh).
+// right size (io::write_parts only pwrites at the offsets it is given).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
