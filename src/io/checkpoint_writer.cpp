@@ -165,12 +165,6 @@ class PartFile {
 
 }  // namespace
 
-std::size_t CheckpointParts::bytes() const {
-  std::size_t n = 0;
-  for (const Part& p : parts) n += p.count * sizeof(float);
-  return n;
-}
-
 CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointMeta meta,
                                   const ParamLayout& layout, const std::vector<std::string>& slot_names,
                                   std::size_t shard_begin, std::size_t shard_end) {

@@ -29,6 +29,11 @@ std::vector<std::string> slot_names(const Job& job) {
   return probe->slot_names();
 }
 
+// Bytes of the whole state in a checkpoint: the parameters and every optimizer slot.
+double state_bytes(const Job& job) {
+  return 4.0 * static_cast<double>(job.plan.total()) * static_cast<double>(1 + slot_names(job).size());
+}
+
 // Reads `file` into the resume point's buffers (PS, collective over the PS communicator).
 io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoint& r) {
   const double t0 = now_seconds();
@@ -44,7 +49,7 @@ io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoin
       io::read_checkpoint(job.topo.role_comm(), file, job.config.model, job.spec.layout(), slot_names(job), view);
   if (job.topo.role_index() == 0) {
     const double dt = now_seconds() - t0;
-    const double bytes = 4.0 * static_cast<double>(job.plan.total()) * static_cast<double>(1 + view.slots.size());
+    const double bytes = state_bytes(job);
     log_info("read ", file, ": ", human_bytes(bytes), " in ", dt, " s (", human_bytes(bytes / dt),
              "/s, checksum verified)");
   }
@@ -155,11 +160,6 @@ Checkpointer::~Checkpointer() {
 }
 
 std::int64_t Checkpointer::updates_at(std::int64_t step) const { return first_update_ + (step - first_step_); }
-
-double Checkpointer::checkpoint_bytes() const {
-  return 4.0 * static_cast<double>(job_.plan.total()) *
-         static_cast<double>(1 + server_.optimizer().slot_names().size());
-}
 
 io::ShardView Checkpointer::live_view() const {
   const ps::ShardRange range = server_.range();
@@ -275,7 +275,7 @@ void Checkpointer::save_now(std::int64_t step) {
                        live_view(), fault);
   // Every PS's part is on disk and PS 0 has closed the file.
   if (lead) {
-    const double dt = now_seconds() - t0, bytes = checkpoint_bytes();
+    const double dt = now_seconds() - t0, bytes = state_bytes(job_);
     publish(temp, final_path, bytes, str("in ", dt, " s (", human_bytes(bytes / dt), "/s)"));
   }
   DRT_MPI_CHECK(MPI_Barrier(job_.topo.role_comm().get()));  // the file is published before anyone goes on
@@ -298,7 +298,6 @@ void Checkpointer::start_async(std::int64_t step) {
   f->temp = io::temporary_path(dir, f->updates);
   f->final_path = io::checkpoint_path(dir, f->updates);
   f->started = t0;
-  f->bytes = static_cast<std::size_t>(checkpoint_bytes());
   const ps::ShardRange range = server_.range();
   io::CheckpointParts parts = io::create_checkpoint(job_.topo.role_comm(), f->temp, meta(step), job_.spec.layout(),
                                                     server_.optimizer().slot_names(), range.begin, range.end);
@@ -353,7 +352,7 @@ void Checkpointer::complete_in_flight() {
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
   if (test_fault(str("checkpoint-write:", f.updates))) raise(SIGKILL);
   io::complete_checkpoint(f.temp, f.sums[0]);
-  const double dt = now_seconds() - f.started, bytes = static_cast<double>(f.bytes);
+  const double dt = now_seconds() - f.started, bytes = state_bytes(job_);
   publish(f.temp, f.final_path, bytes,
           str("in ", dt, " s in the background (", human_bytes(bytes / dt), "/s; training paused ",
               std::lround(1e3 * f.paused_s), " ms for the snapshot of step ", f.step, ")"));

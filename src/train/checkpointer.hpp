@@ -75,7 +75,6 @@ class Checkpointer {
     std::string temp, final_path;
     double started = 0.0;            // now_seconds() at the step boundary
     double paused_s = 0.0;           // how long the serve loop stopped for the snapshot and the file
-    std::size_t bytes = 0;           // of the whole checkpoint
     bool reducing = false;           // this PS's part is written; the completion reduction is posted
     std::uint64_t sums[2] = {0, 0};  // this PS's checksum term and failed parts, then every PS's
     std::string error;               // this PS's write failure
@@ -93,7 +92,6 @@ class Checkpointer {
   io::CheckpointMeta meta(std::int64_t step) const;
   // Updates applied once step `step` (this run's counter) is done: names, metadata, --checkpoint-every.
   std::int64_t updates_at(std::int64_t step) const;
-  double checkpoint_bytes() const;
 
   const Job& job_;
   ps::ParameterServer& server_;

@@ -40,7 +40,6 @@ struct CheckpointParts {
   };
   std::string path;
   std::vector<Part> parts;
-  std::size_t bytes() const;
 };
 
 // Phase 1, collective over `ps`. `meta.checksum` is ignored; `meta.created` is set here. Every PS
