@@ -40,18 +40,51 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// A square-kernel convolution (as torch.nn.Conv2d with dilation 1): zero padding `pad` on every
+// side, `groups` dividing both channel counts (input channel group g feeds output channel group
+// g; the weight is [out x in/groups x k x k]). Output sizes round down.
 struct Conv2dShape {
   int batch = 0, in_channels = 0, height = 0, width = 0;  // input
-  int out_channels = 0, kernel = 0, stride = 1, pad = 0;
+  int out_channels = 0, kernel = 0, stride = 1, pad = 0, groups = 1;
   int out_height() const { return (height + 2 * pad - kernel) / stride + 1; }
   int out_width() const { return (width + 2 * pad - kernel) / stride + 1; }
+  int in_per_group() const { return in_channels / groups; }
+  int out_per_group() const { return out_channels / groups; }
 };
 
+// Square-window pooling (torch's MaxPool2d / AvgPool2d with ceil_mode false): `pad` on every
+// side (at most window / 2). Max pooling never picks a padded cell; average pooling divides by
+// window * window, counting padded cells as zeros (torch's count_include_pad=True).
 struct Pool2dShape {
   int batch = 0, channels = 0, height = 0, width = 0;  // input
-  int window = 2, stride = 2;
-  int out_height() const { return (height - window) / stride + 1; }
-  int out_width() const { return (width - window) / stride + 1; }
+  int window = 2, stride = 2, pad = 0;
+  int out_height() const { return (height + 2 * pad - window) / stride + 1; }
+  int out_width() const { return (width + 2 * pad - window) / stride + 1; }
+};
+
+// Batch normalisation over NCHW activations (fully connected ones: height = width = 1): one
+// mean and variance per channel over batch x spatial values.
+struct BatchNormShape {
+  int batch = 0, channels = 0, spatial = 1;  // spatial = height * width
+  std::size_t count() const { return static_cast<std::size_t>(batch) * static_cast<std::size_t>(spatial); }
+};
+
+// Elementwise activations besides ReLU (which has its own calls). GELU is the exact one,
+// x * Phi(x) with the normal CDF through erf (torch's default approximate='none').
+enum class Activation { kGelu, kTanh, kSigmoid };
+
+// Inverted dropout of `rows` samples of `per_sample` values each: element e of sample row r is
+// kept when kernels::dropout_keep(key, first_sample + r, e, p) (include/drtrain/kernels/rules.hpp:
+// a counter-based hash of (key, global sample index, element), so the mask does not depend on
+// how the global batch is split over workers and towers), and kept values are scaled by
+// 1 / (1 - p). `key` mixes the seed, the step and the layer.
+struct DropoutShape {
+  int rows = 0;
+  std::size_t per_sample = 0;
+  float p = 0.5f;            // drop probability, in [0, 1)
+  std::uint64_t key = 0;     // kernels::dropout_key(seed, step, layer)
+  std::int64_t first_sample = 0;  // global index (in the step's global batch) of row 0
+  std::size_t size() const { return static_cast<std::size_t>(rows) * per_sample; }
 };
 
 // Result of the loss over a batch: sum (not mean) of the per-sample losses, and how many
@@ -102,11 +135,18 @@ class Backend {
   virtual void relu_forward(const float* x, float* y, std::size_t n) = 0;
   virtual void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) = 0;
 
-  // Convolution with bias. Workspace: conv2d_workspace_floats(shape) floats.
+  // Elementwise activations (see Activation). Backward: GELU reads x, tanh and sigmoid read y
+  // (so tanh and sigmoid may run in place; the unused one may be null). In place allowed.
+  virtual void activation_forward(Activation f, const float* x, float* y, std::size_t n) = 0;
+  virtual void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                                   std::size_t n) = 0;
+
+  // Convolution, with bias unless `bias` is null. Workspace: conv2d_workspace_floats(shape) floats.
   virtual std::size_t conv2d_workspace_floats(const Conv2dShape& s) const = 0;
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
                               float* workspace) = 0;
-  // Gradients of the weights and bias (overwritten) and, when dx is not null, of the input.
+  // Gradients of the weights and, unless dbias is null, the bias (overwritten) and, when dx is
+  // not null, of the input.
   virtual void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw,
                                float* dbias, float* dx, float* workspace) = 0;
 
@@ -116,19 +156,56 @@ class Backend {
   // the CPU backend from argmax).
   virtual void maxpool2d_backward(const Pool2dShape& s, const float* x, const float* y, const float* dy,
                                   const std::int32_t* argmax, float* dx) = 0;
+  // Average pooling (see Pool2dShape); backward overwrites dx.
+  virtual void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) = 0;
+  virtual void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) = 0;
+  // Global average pooling: y[p] = mean of plane p's `plane_size` values, for p < planes
+  // (planes = N x C); backward spreads dy[p] / plane_size over the plane (overwrites dx).
+  virtual void global_avgpool_forward(const float* x, float* y, std::size_t planes, std::size_t plane_size) = 0;
+  virtual void global_avgpool_backward(const float* dy, float* dx, std::size_t planes, std::size_t plane_size) = 0;
 
-  // Softmax cross-entropy of logits [rows x classes] against int32 labels, added to the
-  // backend's loss accumulator (so that a GPU need not stop for it mid-step). When dlogits is
-  // not null it receives d(loss)/d(logits) * grad_scale, i.e. (softmax - onehot) * grad_scale.
-  // A label outside [0, classes) makes take_loss_sums() throw.
+  // Batch normalisation, training mode: normalises x with the batch's per-channel mean and
+  // biased variance, y = gamma * (x - mean) / sqrt(var + eps) + beta; saves the mean and
+  // 1 / sqrt(var + eps) (channels floats each) for backward. When new_mean is not null, also
+  // writes the running statistics after this batch, new = (1 - momentum) * running + momentum *
+  // batch statistic, with the unbiased variance (torch's rule; batch x spatial must be > 1).
+  virtual void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
+                                       const float* beta, float eps, float* y, float* save_mean,
+                                       float* save_inv_std, float momentum, const float* running_mean,
+                                       const float* running_var, float* new_mean, float* new_var) = 0;
+  // Inference mode: normalises with the given running statistics.
+  virtual void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma,
+                                       const float* beta, const float* running_mean, const float* running_var,
+                                       float eps, float* y) = 0;
+  // Backward of the training mode: dgamma and dbeta overwritten; dx (when not null) overwritten.
+  virtual void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
+                                  const float* save_mean, const float* save_inv_std, float* dx, float* dgamma,
+                                  float* dbeta) = 0;
+
+  // Dropout (see DropoutShape): y = x * mask / (1 - p), mask[i] = 1 or 0 (one byte per value,
+  // DropoutShape::size() bytes); backward dx = dy * mask / (1 - p). In place allowed.
+  virtual void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) = 0;
+  virtual void dropout_backward(const DropoutShape& s, const float* dy, const std::uint8_t* mask, float* dx) = 0;
+
+  // Strided copy of `rows` rows of `row_floats` floats: dst + r * dst_stride <- src + r *
+  // src_stride (concatenation along channels, and its backward).
+  virtual void copy_rows(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride,
+                         std::size_t row_floats, std::size_t rows) = 0;
+
+  // Softmax cross-entropy of logits [rows x classes] against int32 labels, with label smoothing
+  // s in [0, 1): the target is q = (1 - s) * onehot + s / classes (torch's label_smoothing), the
+  // loss -sum_j q_j log softmax_j. Added to the backend's loss accumulator (so that a GPU need
+  // not stop for it mid-step). When dlogits is not null it receives d(loss)/d(logits) *
+  // grad_scale, i.e. (softmax - q) * grad_scale. A label outside [0, classes) makes
+  // take_loss_sums() throw.
   virtual void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                                float* dlogits, float grad_scale) = 0;
+                                                float* dlogits, float grad_scale, float label_smoothing) = 0;
   // Waits for the device, returns the sums accumulated since the last call, and resets them.
   virtual LossSums take_loss_sums() = 0;
   // Both at once (waits for the device).
   LossSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
-                                 float grad_scale) {
-    accumulate_softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale);
+                                 float grad_scale, float label_smoothing = 0.0f) {
+    accumulate_softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale, label_smoothing);
     return take_loss_sums();
   }
 

@@ -22,8 +22,25 @@ struct XentSums {
   double loss = 0.0;
   std::int64_t correct = 0;
 };
+// label_smoothing as in Backend::accumulate_softmax_cross_entropy.
 XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
-                               float grad_scale);
+                               float grad_scale, float label_smoothing = 0.0f);
+
+// Elementwise activations (rules.hpp); in place allowed. Backward: GELU reads x, tanh and
+// sigmoid read their output y.
+void gelu_forward(const float* x, float* y, std::size_t n);
+void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n);
+void tanh_forward(const float* x, float* y, std::size_t n);
+void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n);
+void sigmoid_forward(const float* x, float* y, std::size_t n);
+void sigmoid_backward(const float* y, const float* dy, float* dx, std::size_t n);
+
+// Inverted dropout (backend::DropoutShape's contract): rows x per_sample values, row r being
+// global sample first_sample + r; mask[i] = 1 when kept (dropout_keep), y = x * mask / (1 - p).
+void dropout_forward(std::uint64_t key, std::int64_t first_sample, int rows, std::size_t per_sample, float p,
+                     const float* x, float* y, std::uint8_t* mask);
+void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy, const std::uint8_t* mask,
+                      float* dx);
 
 void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,
                 std::size_t n);

@@ -22,24 +22,65 @@ namespace drt::kernels {
 DRT_HD float relu(float x) { return x > 0.0f ? x : 0.0f; }
 DRT_HD float relu_grad(float y, float dy) { return y > 0.0f ? dy : 0.0f; }
 
-// Softmax cross-entropy of one row of `classes` logits against `label` (0 <= label < classes).
-// Returns the loss (in double: a batch sums many) and sets *correct when the first maximal logit
-// is the label. When d is not null it receives (softmax - onehot) * grad_scale.
-DRT_HD double softmax_xent_row(const float* z, int label, int classes, float* d, float grad_scale, bool* correct) {
+// GELU, exact: x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2; d/dx = Phi(x) + x * phi(x).
+DRT_HD float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+DRT_HD float gelu_grad(float x, float dy) {
+  const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+// tanh and the logistic sigmoid, with derivatives from their outputs y.
+DRT_HD float tanh_grad(float y, float dy) { return dy * (1.0f - y * y); }
+DRT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+DRT_HD float sigmoid_grad(float y, float dy) { return dy * y * (1.0f - y); }
+
+// splitmix64's finaliser: a bijective 64-bit mix (Steele et al. 2014).
+DRT_HD std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+// Dropout's masks are a counter-based hash, not a generator's stream, so that each value's fate
+// depends only on (seed, step, layer, global sample, element) and not on which tower draws it.
+DRT_HD std::uint64_t dropout_key(std::uint64_t seed, std::int64_t step, int layer) {
+  return mix64(mix64(seed ^ 0x6A09E667F3BCC908ull) ^ mix64(static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ull) ^
+               static_cast<std::uint64_t>(layer) * 0xD1B54A32D192ED03ull);
+}
+// True when element `element` of global sample `sample` is kept: a uniform in [0, 1) from the
+// hash's top 24 bits, kept when >= p.
+DRT_HD bool dropout_keep(std::uint64_t key, std::int64_t sample, std::uint64_t element, float p) {
+  const std::uint64_t h = mix64(key ^ mix64(static_cast<std::uint64_t>(sample) * 0x9E3779B97F4A7C15ull + element));
+  return static_cast<float>(h >> 40) * 0x1.0p-24f >= p;
+}
+
+// Softmax cross-entropy of one row of `classes` logits against `label` (0 <= label < classes),
+// with label smoothing s: target q_j = (1 - s) [j == label] + s / classes. Returns the loss
+// -sum_j q_j log softmax_j (in double: a batch sums many) and sets *correct when the first
+// maximal logit is the label. When d is not null it receives (softmax - q) * grad_scale.
+DRT_HD double softmax_xent_row(const float* z, int label, int classes, float* d, float grad_scale, bool* correct,
+                               float smoothing = 0.0f) {
   int best = 0;
   for (int j = 1; j < classes; ++j)
     if (z[j] > z[best]) best = j;
   const double top = z[best];
-  double total = 0.0;
-  for (int j = 0; j < classes; ++j) total += exp(static_cast<double>(z[j]) - top);
+  double total = 0.0, sum_shifted = 0.0;
+  for (int j = 0; j < classes; ++j) {
+    total += exp(static_cast<double>(z[j]) - top);
+    sum_shifted += static_cast<double>(z[j]) - top;
+  }
   *correct = best == label;
+  const double s = smoothing, uniform = s / classes;
   if (d) {
     for (int j = 0; j < classes; ++j) {
       const double p = exp(static_cast<double>(z[j]) - top) / total;
-      d[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) * grad_scale);
+      d[j] = static_cast<float>((p - (j == label ? 1.0 - s : 0.0) - uniform) * grad_scale);
     }
   }
-  return log(total) - (static_cast<double>(z[label]) - top);
+  const double log_total = log(total);
+  const double nll = log_total - (static_cast<double>(z[label]) - top);
+  if (smoothing == 0.0f) return nll;
+  // -sum_j (s / K) log softmax_j = (s / K) * (K log_total - sum_j (z_j - top)).
+  return (1.0 - s) * nll + uniform * (classes * log_total - sum_shifted);
 }
 
 // The optimizer updates of drt::optim (formulas in include/drtrain/optim/optimizer.hpp), one
