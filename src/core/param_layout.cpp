@@ -11,14 +11,18 @@ std::string TensorSpec::shape_string() const {
   return dims.empty() ? std::string("scalar") : join(dims, "x");
 }
 
-const TensorSpec& ParamLayout::add(const std::string& name, const std::vector<std::int64_t>& shape) {
+const TensorSpec& ParamLayout::add(const std::string& name, const std::vector<std::int64_t>& shape, bool state) {
   if (name.empty() || find(name)) throw Error(str("parameter tensor name '", name, "' is empty or used twice"));
   std::size_t numel = 1;
   for (auto d : shape) {
     if (d <= 0) throw Error(str("parameter tensor '", name, "' has a non-positive dimension"));
     numel *= static_cast<std::size_t>(d);
   }
-  tensors_.push_back(TensorSpec{name, shape, total_, numel});
+  tensors_.push_back(TensorSpec{name, shape, total_, numel, state});
+  if (state) {
+    if (!state_ranges_.empty() && state_ranges_.back().second == total_) state_ranges_.back().second += numel;
+    else state_ranges_.emplace_back(total_, total_ + numel);
+  }
   total_ += numel;
   return tensors_.back();
 }
@@ -29,9 +33,15 @@ const TensorSpec* ParamLayout::find(const std::string& name) const {
   return nullptr;
 }
 
+std::size_t ParamLayout::state_elements() const {
+  std::size_t n = 0;
+  for (const auto& r : state_ranges_) n += r.second - r.first;
+  return n;
+}
+
 std::string ParamLayout::to_text() const {
   std::string out;
-  for (const auto& t : tensors_) out += str(t.name, " ", t.shape_string(), " @", t.offset, "\n");
+  for (const auto& t : tensors_) out += str(t.name, " ", t.shape_string(), " @", t.offset, t.state ? " state" : "", "\n");
   return out;
 }
 

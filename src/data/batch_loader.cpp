@@ -93,8 +93,10 @@ void BatchLoader::produce() {
       batch.step_in_epoch = step;
       batch.steps_in_epoch = plan->steps();
       batch.global_count = plan->batch_size(step);
-      for (int t = 0; t < c.towers; ++t)
+      for (int t = 0; t < c.towers; ++t) {
         batch.towers.push_back(make_tower_batch(dataset_, plan->samples(step, c.worker, t)));
+        batch.towers.back().first = plan->part_begin(step, c.worker, t);
+      }
       ++step;
 
       std::unique_lock<std::mutex> lock(mutex_);

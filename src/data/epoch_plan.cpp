@@ -79,6 +79,12 @@ std::vector<int> EpochPlan::samples(int step, int worker, int tower) const {
   return std::vector<int>(permutation_.begin() + begin, permutation_.begin() + end);
 }
 
+int EpochPlan::part_begin(int step, int worker, int tower) const {
+  const std::int64_t parts = std::int64_t{workers_} * towers_;
+  const std::int64_t part = std::int64_t{worker} * towers_ + tower;
+  return static_cast<int>(std::int64_t{batch_size(step)} * part / parts);
+}
+
 std::vector<int> EpochPlan::global_samples(int step) const {
   const std::int64_t start = std::int64_t{step} * global_batch_;
   const std::int64_t size = batch_size(step);

@@ -47,14 +47,14 @@ void check_fits(hid_t file, const CheckpointMeta& m, const std::string& model, c
                           "); this run's optimizer needs [", join(slot_names, ", "),
                           "]: pass the optimizer "
                           "options of the checkpoint's run, or start without --resume"));
-  std::vector<std::string> groups{schema::kParams};
-  for (const auto& s : slot_names) groups.push_back(std::string(schema::kOptimizer) + "/" + s);
-  for (const std::string& group : groups)
-    for (const TensorSpec& t : layout.tensors()) {
-      const std::string path = group + "/" + t.name;
+  for (const schema::Dataset& ds : schema::datasets(layout, slot_names)) {
+      const TensorSpec& t = *ds.tensor;
+      const std::string& path = ds.path;
+      const std::string group = path.substr(0, path.rfind('/'));
       if (H5Lexists(file, group.c_str(), H5P_DEFAULT) <= 0 || H5Lexists(file, path.c_str(), H5P_DEFAULT) <= 0)
         throw ConfigError(str("the checkpoint has no dataset ", path, " (tensor ", t.name, " of --model ", model,
-                              "): the file is damaged or from another program; use another checkpoint"));
+                              "): the file holds another model, or is damaged; pass the checkpoint's --model (",
+                              m.model, "), or start without --resume"));
       const std::vector<std::int64_t> shape = dataset_shape(file, path);
       if (shape != t.shape)
         throw ConfigError(str("tensor ", path, " has shape ", schema::shape_text(shape), " in the checkpoint and ",
@@ -71,10 +71,11 @@ std::uint64_t read_parts(const ParamLayout& layout, const std::vector<std::strin
   std::uint64_t sum = 0;
   schema::for_each_part(
       layout, slot_names, shard.begin, shard.end,
-      [&](std::size_t k, const std::string& path, const TensorSpec& t, std::size_t lo, std::size_t hi) {
-        float* data = (k == 0 ? shard.params : shard.slots[k - 1]) + (t.offset + lo - shard.begin);
-        read(path, t, lo, hi, data);
-        sum += checksum_part(path, lo, data, hi - lo);
+      [&](std::size_t, const schema::Dataset& ds, std::size_t lo, std::size_t hi) {
+        const TensorSpec& t = *ds.tensor;
+        float* data = (ds.array == 0 ? shard.params : shard.slots[ds.array - 1]) + (t.offset + lo - shard.begin);
+        read(ds.path, t, lo, hi, data);
+        sum += checksum_part(ds.path, lo, data, hi - lo);
       });
   return sum;
 }
@@ -186,6 +187,7 @@ std::vector<std::string> CheckpointFile::datasets() const {
     for (const auto& n : link_names(g)) out.push_back(str(group, "/", n));
   };
   list(schema::kParams);
+  if (H5Lexists(static_cast<hid_t>(file_), schema::kState, H5P_DEFAULT) > 0) list(schema::kState);
   for (const auto& slot : slot_names()) list(std::string(schema::kOptimizer) + "/" + slot);
   return out;
 }

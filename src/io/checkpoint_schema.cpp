@@ -52,6 +52,7 @@ std::uint64_t checksum_part(const std::string& dataset, std::uint64_t first, con
 namespace schema {
 
 std::string params_path(const std::string& tensor) { return std::string(kParams) + "/" + tensor; }
+std::string state_path(const std::string& tensor) { return std::string(kState) + "/" + tensor; }
 std::string slot_path(const std::string& slot, const std::string& tensor) {
   return std::string(kOptimizer) + "/" + slot + "/" + tensor;
 }
@@ -76,11 +77,18 @@ std::string utc_now() {
   return buf;
 }
 
+std::vector<Dataset> datasets(const ParamLayout& layout, const std::vector<std::string>& slot_names) {
+  std::vector<Dataset> out;
+  for (const TensorSpec& t : layout.tensors()) out.push_back({t.state ? state_path(t.name) : params_path(t.name), &t, 0});
+  for (std::size_t k = 0; k < slot_names.size(); ++k)
+    for (const TensorSpec& t : layout.tensors())
+      if (!t.state) out.push_back({slot_path(slot_names[k], t.name), &t, k + 1});
+  return out;
+}
+
 std::vector<std::string> dataset_paths(const ParamLayout& layout, const std::vector<std::string>& slot_names) {
   std::vector<std::string> out;
-  for (std::size_t k = 0; k <= slot_names.size(); ++k)
-    for (const TensorSpec& t : layout.tensors())
-      out.push_back(k == 0 ? params_path(t.name) : slot_path(slot_names[k - 1], t.name));
+  for (const Dataset& d : datasets(layout, slot_names)) out.push_back(d.path);
   return out;
 }
 
@@ -119,6 +127,7 @@ void write_meta(hid_t file, const CheckpointMeta& m) {
   write_attribute(file, "samples_seen", m.samples_seen);
   write_attribute(file, "global_batch", m.global_batch);
   write_attribute(file, "model", m.model);
+  write_attribute(file, "model_definition", m.model_definition);
   write_attribute(file, "optimizer", m.optimizer);
   write_attribute(file, "optimizer_config", m.optimizer_config);
   write_attribute(file, "num_ps", m.num_ps);
@@ -154,6 +163,7 @@ CheckpointMeta read_meta(hid_t file) {
   m.samples_seen = read_int_attribute(file, "samples_seen");
   m.global_batch = read_int_attribute(file, "global_batch");
   m.model = read_string_attribute(file, "model");
+  if (has_attribute(file, "model_definition")) m.model_definition = read_string_attribute(file, "model_definition");
   m.optimizer = read_string_attribute(file, "optimizer");
   m.optimizer_config = read_string_attribute(file, "optimizer_config");
   m.num_ps = read_int_attribute(file, "num_ps");

@@ -20,12 +20,23 @@
 namespace drt::io::schema {
 
 constexpr const char* kParams = "/params";
+constexpr const char* kState = "/state";
 constexpr const char* kOptimizer = "/optimizer";
 constexpr const char* kChecksumAlgorithm = "sum mod 2^64 of splitmix64 element hashes, v1";
 
 std::string params_path(const std::string& tensor);
+std::string state_path(const std::string& tensor);
 std::string slot_path(const std::string& slot, const std::string& tensor);
-// Every dataset, in file order: the parameters' tensors, then each slot's, in model order.
+
+// One dataset of the file: a tensor's values (array 0: /params, or /state for state tensors) or
+// its optimizer slot array - 1 (/optimizer/<slot>; parameters only).
+struct Dataset {
+  std::string path;
+  const TensorSpec* tensor;
+  std::size_t array;
+};
+// Every dataset, in file order: the tensors (model order), then each slot's parameters.
+std::vector<Dataset> datasets(const ParamLayout& layout, const std::vector<std::string>& slot_names);
 std::vector<std::string> dataset_paths(const ParamLayout& layout, const std::vector<std::string>& slot_names);
 
 std::vector<hsize_t> dims(const std::vector<std::int64_t>& shape);
@@ -43,17 +54,18 @@ CheckpointMeta read_meta(hid_t file);
 void agree(const comm::Comm& comm, const std::exception_ptr& local);
 
 // The part of each dataset that falls in the shard [shard.begin, shard.end): calls
-// visit(array, dataset, tensor, lo, hi) for elements [lo, hi) of the tensor (relative to the
-// tensor), where array 0 is the parameters and k >= 1 optimizer slot k - 1, in file order.
+// visit(index, dataset, lo, hi) for elements [lo, hi) of the dataset's tensor (relative to the
+// tensor), `index` being the dataset's position in datasets(), in file order.
 template <typename Visit>
 void for_each_part(const ParamLayout& layout, const std::vector<std::string>& slot_names, std::size_t begin,
                    std::size_t end, Visit visit) {
-  for (std::size_t k = 0; k <= slot_names.size(); ++k)
-    for (const TensorSpec& t : layout.tensors()) {
-      const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-      if (hi <= lo) continue;
-      visit(k, k == 0 ? params_path(t.name) : slot_path(slot_names[k - 1], t.name), t, lo - t.offset, hi - t.offset);
-    }
+  const std::vector<Dataset> all = datasets(layout, slot_names);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const TensorSpec& t = *all[i].tensor;
+    const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
+    if (hi <= lo) continue;
+    visit(i, all[i], lo - t.offset, hi - t.offset);
+  }
 }
 
 }  // namespace drt::io::schema

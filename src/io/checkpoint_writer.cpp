@@ -52,6 +52,7 @@ std::vector<std::uint64_t> create_file(const std::string& path, const Checkpoint
       H5Id(DRT_H5_CHECK(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT), "creating " + name));
     };
     make_group(schema::kParams);
+    if (!layout.state_ranges().empty()) make_group(schema::kState);
     make_group(schema::kOptimizer);
     for (const auto& slot : slot_names) make_group(std::string(schema::kOptimizer) + "/" + slot);
     // Contiguous and allocated now, so that each dataset is one byte range whose offset HDF5
@@ -60,15 +61,13 @@ std::vector<std::uint64_t> create_file(const std::string& path, const Checkpoint
     DRT_H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS), "H5Pset_layout");
     DRT_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
     DRT_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
-    const std::vector<std::string> paths = schema::dataset_paths(layout, slot_names);
-    const std::size_t tensors = layout.tensors().size();
-    for (std::size_t i = 0; i < paths.size(); ++i) {
-      const std::vector<hsize_t> d = schema::dims(layout.tensors()[i % tensors].shape);
+    for (const schema::Dataset& ds : schema::datasets(layout, slot_names)) {
+      const std::vector<hsize_t> d = schema::dims(ds.tensor->shape);
       H5Id space(DRT_H5_CHECK(H5Screate_simple(static_cast<int>(d.size()), d.data(), nullptr), "H5Screate_simple"));
-      H5Id dset(DRT_H5_CHECK(H5Dcreate2(file, paths[i].c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
-                             "creating " + paths[i]));
+      H5Id dset(DRT_H5_CHECK(H5Dcreate2(file, ds.path.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                             "creating " + ds.path));
       const haddr_t at = H5Dget_offset(dset);
-      if (at == HADDR_UNDEF) throw Error(str("creating ", path, ": HDF5 allocated no space for ", paths[i]));
+      if (at == HADDR_UNDEF) throw Error(str("creating ", path, ": HDF5 allocated no space for ", ds.path));
       offsets.push_back(static_cast<std::uint64_t>(at));
     }
     schema::write_meta(file, meta);
@@ -169,7 +168,7 @@ CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path,
                                   const ParamLayout& layout, const std::vector<std::string>& slot_names,
                                   std::size_t shard_begin, std::size_t shard_end) {
   quiet_hdf5_errors();
-  const std::size_t datasets = layout.tensors().size() * (1 + slot_names.size());
+  const std::size_t datasets = schema::datasets(layout, slot_names).size();
   std::vector<std::uint64_t> offsets(datasets, 0);
   std::exception_ptr error;
   if (ps.rank() == 0) {
@@ -185,14 +184,11 @@ CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path,
   DRT_MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(datasets), MPI_UINT64_T, 0, ps.get()));
   CheckpointParts out;
   out.path = path;
-  const std::size_t tensors = layout.tensors().size();
-  schema::for_each_part(
-      layout, slot_names, shard_begin, shard_end,
-      [&](std::size_t k, const std::string& dataset, const TensorSpec& t, std::size_t lo, std::size_t hi) {
-        const std::size_t index = k * tensors + static_cast<std::size_t>(&t - layout.tensors().data());
-        out.parts.push_back(
-            {dataset, k, t.offset + lo - shard_begin, lo, hi - lo, offsets[index] + lo * sizeof(float)});
-      });
+  schema::for_each_part(layout, slot_names, shard_begin, shard_end,
+                        [&](std::size_t index, const schema::Dataset& ds, std::size_t lo, std::size_t hi) {
+                          out.parts.push_back({ds.path, ds.array, ds.tensor->offset + lo - shard_begin, lo, hi - lo,
+                                               offsets[index] + lo * sizeof(float)});
+                        });
   return out;
 }
 

@@ -142,12 +142,26 @@ void ParameterServer::apply_block(int block) {
           slot_sum_.data(), n, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
           [](float x) { return x; });
     else grad = window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's Put (ordered, or one worker)
-    optimizer_->update(begin + b, n, params + b, grad, scale);
+    update(begin + b, n, params + b, grad, scale);
     if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
     if (zero_sum) std::memset(window_.local(geometry.grad(0, begin)) + b, 0, n * sizeof(float));
     pacer.advance(n * sizeof(float));
   }
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
+}
+
+void ParameterServer::update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale) {
+  std::size_t done = 0;  // elements [0, done) handled
+  const std::size_t first = range_.begin + offset;  // global index of element 0
+  for (const auto& [state_begin, state_end] : state_ranges_) {
+    if (state_end <= first + done) continue;
+    if (state_begin >= first + n) break;
+    const std::size_t lo = std::max(state_begin, first + done) - first, hi = std::min(state_end, first + n) - first;
+    if (lo > done) optimizer_->update(offset + done, lo - done, params + done, grad + done, scale);
+    for (std::size_t i = lo; i < hi; ++i) params[i] += grad[i] * scale;  // the mean of the workers' state updates
+    done = hi;
+  }
+  if (done < n) optimizer_->update(offset + done, n - done, params + done, grad + done, scale);
 }
 
 std::size_t ParameterServer::memory_bytes() const {

@@ -242,6 +242,8 @@ io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
       m.epoch * job_.train_count + std::min<std::int64_t>(m.step_in_epoch * c.batch_size, job_.train_count);
   m.global_batch = c.batch_size;
   m.model = c.model;
+  // HDF5 keeps attributes in the object header (64 KiB in all): a very large model is not stored.
+  if (const std::string text = job_.spec.graph().to_text(); text.size() <= 32768) m.model_definition = text;
   m.optimizer = optim::to_string(job_.optimizer.kind);
   m.optimizer_config = job_.optimizer.describe();
   m.num_ps = job_.topo.num_ps();

@@ -75,12 +75,15 @@ class DeviceTowers final : public Towers {
                group_->describe());
   }
 
-  backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale) override {
+  backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale, const nn::Pass& pass) override {
     DRT_ASSERT(static_cast<int>(batch.towers.size()) == count(), "batch parts != towers");
     for (int t = 0; t < count(); ++t) {  // queue every tower's step first ...
       const data::TowerBatch& part = batch.towers[static_cast<std::size_t>(t)];
       const auto [x, y] = tower(t).upload(part.images.data(), part.labels.data(), part.count, image_);
-      tower(t).network.enqueue_train(x, y, part.count, grad_scale);
+      nn::Pass mine = pass;
+      mine.first_sample = part.first;
+      mine.state_scale = 1.0f / static_cast<float>(count());
+      tower(t).network.enqueue_train(x, y, part.count, grad_scale, mine);
     }
     backend::LossSums total;  // ... then wait for each
     split_ = {};

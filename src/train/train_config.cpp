@@ -22,7 +22,7 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
   d.add_options()
       ("config", po::value<std::string>(&config_file), "INI file with any of these options (key = value); "
        "the command line wins")
-      ("model", po::value<std::string>(&c.model)->default_value(c.model), "mlp | cnn | mlp:784-H1-...-10")
+      ("model", po::value<std::string>(&c.model)->default_value(c.model), "a preset (mlp, cnn, resnet20), mlp:IN-H1-...-OUT, or a model file (docs/MODEL_FORMAT.md)")
       ("dataset", po::value<std::string>(&c.dataset)->default_value(c.dataset), "fashion-mnist | synthetic")
       ("data-dir", po::value<std::string>(&c.data_dir)->default_value(c.data_dir),
        "directory with the Fashion-MNIST IDX .gz files (Debian package dataset-fashion-mnist)")
@@ -91,8 +91,13 @@ const char* kVersionText = "drtrain " DRT_VERSION_STRING " (CUDA backend: "
 
 }  // namespace
 
+nn::ModelGraph TrainConfig::load_model() const {
+  if (model_graph) return *model_graph;
+  return nn::ModelGraph::load(model);
+}
+
 void TrainConfig::validate() const {
-  nn::ModelSpec::parse(model);
+  load_model();  // the shapes are checked once the data set's are known
   if (dataset != "fashion-mnist" && dataset != "synthetic")
     throw ConfigError(str("unknown --dataset '", dataset, "'; choices: fashion-mnist, synthetic"));
   if (synthetic_train < 1 || synthetic_test < 0)

@@ -73,13 +73,20 @@ Datasets load_data(const TrainConfig& c, const comm::Topology& topo) {
 }
 
 Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d) {
-  Job job{c, topo, nn::ModelSpec::parse(c.model), ps::ShardPlan::balanced(0, 1), c.optimizer};
-  job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
-  int counts[2] = {d.train ? d.train->count : 0, d.test ? d.test->count : 0};
+  // The data set's sizes and sample shape, from the chief (PS ranks load no data, but the
+  // model's layout depends on the shape).
+  int facts[5] = {0, 0, 1, 1, 1};
+  if (d.train) facts[0] = d.train->count, facts[2] = d.train->rows, facts[3] = d.train->cols,
+               facts[4] = d.train->classes;
+  if (d.test) facts[1] = d.test->count;
   const int chief = topo.worker_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(counts, 2, MPI_INT, chief, topo.world().get()));
-  job.train_count = counts[0];
-  job.test_count = counts[1];
+  DRT_MPI_CHECK(MPI_Bcast(facts, 5, MPI_INT, chief, topo.world().get()));
+  // Every rank checks the model against the shape: one ConfigError everywhere.
+  Job job{c, topo, nn::ModelSpec(c.load_model(), {1, 1, facts[2], facts[3]}, facts[4]), ps::ShardPlan::balanced(0, 1),
+          c.optimizer};
+  job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
+  job.train_count = facts[0];
+  job.test_count = facts[1];
   // Validates the batch against workers x towers on every rank (ConfigError alike everywhere).
   const data::EpochPlan plan(job.train_count, c.batch_size, topo.num_workers(), c.towers, c.seed, 0);
   job.steps_per_epoch = plan.steps();
@@ -141,6 +148,7 @@ void print_setup(const Job& job, Reporter& out) {
 
 RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step, resume.updates);
+  server.set_state_ranges(job.spec.layout().state_ranges());
   load_into(resume, server);
   Checkpointer checkpoints(job, server, resume);
   if (job.timeline->enabled())

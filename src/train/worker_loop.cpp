@@ -216,11 +216,19 @@ class WorkerLoop {
     return static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
   }
 
+  // What the layers know of the step besides its data: the seed and the global step (dropout).
+  nn::Pass pass(std::int64_t step) const {
+    nn::Pass p;
+    p.seed = job_.config.seed;
+    p.step = step;
+    return p;
+  }
+
   void train_step(const data::WorkerBatch& batch, std::int64_t step) {
     if (pipeline_) return overlapped_step(batch, step);
     const float scale = start_step(batch, step);
     const double t0 = now_seconds();
-    const backend::LossSums sums = towers_->compute(batch, scale);
+    const backend::LossSums sums = towers_->compute(batch, scale, pass(step));
     check_loss(sums, batch, step);
     const double t1 = now_seconds();
     const float* grad = towers_->combine_gradients();
@@ -262,7 +270,7 @@ class WorkerLoop {
     const float scale = start_step(batch, step);
     const double t0 = now_seconds();
     pipeline_->begin_step(step);
-    const backend::LossSums sums = towers_->compute(batch, scale);
+    const backend::LossSums sums = towers_->compute(batch, scale, pass(step));
     check_loss(sums, batch, step);
     pipeline_->backward_done();
     const double t1 = now_seconds();

@@ -81,7 +81,7 @@ std::vector<float> train_steps(const nn::ModelSpec& spec, const train::DevicePla
       part.labels = random_labels(part.count, spec.classes(), 400 + 10 * s + k);
       batch.towers.push_back(std::move(part));
     }
-    t->compute(batch, 1.0f / (towers * per_tower));
+    t->compute(batch, 1.0f / (towers * per_tower), nn::Pass{});
     const float* grad = t->combine_gradients();
     opt->begin_step(s);
     opt->update(0, total, params.data(), grad, 1.0f);

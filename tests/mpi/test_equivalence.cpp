@@ -14,6 +14,7 @@
 #include "drtrain/core/strings.hpp"
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/data/epoch_plan.hpp"
+#include "drtrain/nn/model_graph.hpp"
 #include "drtrain/nn/network.hpp"
 #include "drtrain/train/trainer.hpp"
 #include "support/mpi_test.hpp"
@@ -152,6 +153,88 @@ TEST(Overlap, EqualsTheSequentialStepBitwise) {
     const bool same = overlapped.final_params == sequential.final_params;
     ASSERT_TRUE(
         testing::all_ranks(same, str("T=", towers, ": --overlap true and false end with different parameters")));
+  }
+}
+
+// Batch norm and dropout. Batch norm normalises over each tower's samples, so the promise is
+// not "one process at batch B" but one process that runs the W*T parts of every global batch as
+// towers of their own: gradients summed, running statistics set to the mean of the parts'
+// updates (docs/ARCHITECTURE.md, "Batch norm"). Dropout's masks depend on the sample's position
+// in the global batch, not on the part that holds it. The reference below is written from that
+// rule with the library's network and optimizer, one part after the other.
+std::shared_ptr<const nn::ModelGraph> batchnorm_graph() {
+  return std::make_shared<nn::ModelGraph>(nn::ModelGraph::parse(
+      "c1 = conv2d(input) out=4 kernel=3 stride=2 bias=false\n"
+      "bn1 = batchnorm momentum=0.2\n"
+      "r1 = relu\n"
+      "c2 = conv2d out=4 kernel=3 pad=1 bias=false\n"
+      "bn2 = batchnorm\n"
+      "sum = add(bn2, r1)\n"
+      "r2 = relu\n"
+      "pool = maxpool2d kernel=3 stride=2 pad=1\n"
+      "drop = dropout p=0.25\n"
+      "fc = linear out=classes\n",
+      "equivalence.model"));
+}
+
+std::vector<float> single_process_parts(const TrainConfig& c, const nn::ModelSpec& spec) {
+  const std::size_t n = spec.layout().total();
+  const data::Dataset train = data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed);
+  std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend();
+  std::vector<float> params(n), grads(n), sum(n);
+  spec.init_params(c.seed, params.data());
+  nn::Network net(spec, *cpu, kPerTowerBatch);
+  net.bind(params.data(), grads.data());
+  optim::OptimizerConfig oc = c.optimizer;
+  oc.schedule.total_steps = kSteps;
+  auto optimizer = optim::make_optimizer(oc, n);
+  const int w_count = workers(), parts = w_count * c.towers;
+  const data::EpochPlan plan(c.synthetic_train, c.batch_size, w_count, c.towers, c.seed, 0);
+  for (int s = 0; s < plan.steps(); ++s) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int w = 0; w < w_count; ++w)
+      for (int t = 0; t < c.towers; ++t) {
+        const data::TowerBatch b = data::make_tower_batch(train, plan.samples(s, w, t));
+        nn::Pass pass;
+        pass.seed = c.seed, pass.step = s, pass.first_sample = plan.part_begin(s, w, t);
+        pass.state_scale = 1.0f / static_cast<float>(parts);
+        net.train(b.images.data(), b.labels.data(), b.count, 1.0f / static_cast<float>(plan.batch_size(s)), pass);
+        for (std::size_t i = 0; i < n; ++i) sum[i] += grads[i];
+      }
+    optimizer->begin_step(s);
+    for (const TensorSpec& t : spec.layout().tensors()) {
+      if (t.state)
+        for (std::size_t i = t.offset; i < t.offset + t.numel; ++i) params[i] += sum[i];
+      else optimizer->update(t.offset, t.numel, params.data() + t.offset, sum.data() + t.offset, 1.0f);
+    }
+  }
+  return params;
+}
+
+TEST(BatchNormEquivalence, DistributedEqualsOneProcessRunningThePartsAsTowers) {
+  for (int towers : {1, 2}) {
+    TrainConfig c = make_config(towers, momentum_sgd());
+    c.model = "equivalence.model";
+    c.model_graph = batchnorm_graph();
+    TrainOutputs out;
+    run_training(c, &out);
+    std::string detail;
+    bool ok = true;
+    if (!out.final_params.empty()) {
+      const nn::ModelSpec spec(*c.model_graph, nn::kFashionMnistInput, 10);
+      const Difference d = compare(spec, out.final_params, single_process_parts(c, spec));
+      detail = str("batch norm, W=", workers(), " T=", towers, ": worst tensor relative error ", d.worst_tensor,
+                   ", worst element ", d.worst_element, d.bitwise ? " (bitwise equal)" : "");
+      std::printf("%s\n", detail.c_str());
+      ok = d.worst_tensor <= 1e-5 && d.worst_element <= 1e-5;
+      // The running statistics moved (the test would pass trivially if they were never updated).
+      const TensorSpec& mean = *spec.layout().find("bn1.running_mean");
+      bool moved = false;
+      for (std::size_t i = mean.offset; i < mean.offset + mean.numel; ++i) moved = moved || out.final_params[i] != 0.0f;
+      ok = ok && moved;
+      if (!moved) detail += "; bn1.running_mean never changed";
+    }
+    ASSERT_TRUE(testing::all_ranks(ok, detail));
   }
 }
 

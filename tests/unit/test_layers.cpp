@@ -436,14 +436,14 @@ LayerRun run_layer(Backend& device, Layer& layer, const TensorShape& in, const F
                    const FVec& dy, int prepare_n) {
   TensorShape max_in = in;
   max_in.n = prepare_n;
-  layer.prepare(device, max_in);
-  const TensorShape out = layer.output_shape(in);
+  layer.prepare(device, {max_in}, 0);
+  const TensorShape out = layer.output_shape({in});
   DeviceBuffer xb = upload(device, x), pb = upload(device, params), dyb = upload(device, dy);
   DeviceBuffer gb = upload(device, FVec(params.size(), kNaN)), yb = upload(device, FVec(out.size(), kNaN));
   DeviceBuffer dxb = upload(device, FVec(x.size(), kNaN));
   layer.bind(pb.floats(), gb.floats());
-  layer.forward(device, in, xb.floats(), yb.floats());
-  layer.backward(device, in, xb.floats(), yb.floats(), dyb.floats(), dxb.floats());
+  layer.forward(device, Pass{}, {in}, {xb.floats()}, yb.floats());
+  layer.backward(device, Pass{}, {in}, {xb.floats()}, yb.floats(), dyb.floats(), {dxb.floats()});
   return {download(device, yb.floats(), out.size()), download(device, dxb.floats(), x.size()),
           download(device, gb.floats(), params.size())};
 }
@@ -458,7 +458,7 @@ void check_layer(Backend& device, Layer& layer, const TensorShape& in, const FVe
   std::size_t declared = 0;
   for (const ParamSpec& spec : layer.params()) declared += numel(spec.shape);
   ASSERT_EQ(declared, params.size()) << layer.describe();
-  const TensorShape out = layer.output_shape(in);
+  const TensorShape out = layer.output_shape({in});
   const FVec r = normal_floats(out.size(), 99);
   const LayerRun got = run_layer(device, layer, in, x, params, r, in.n + 2);
 
@@ -483,7 +483,7 @@ TEST_P(LinearLayer, MatchesReferenceAndFiniteDifferences) {
   const LinearDims d = GetParam();
   auto device = backend::make_cpu_backend();
   auto layer = make_linear(d.in, d.out);
-  EXPECT_EQ(layer->output_shape({d.n, d.in, 1, 1}).c, d.out);
+  EXPECT_EQ(layer->output_shape({{d.n, d.in, 1, 1}}).c, d.out);
   const FVec x = normal_floats(static_cast<std::size_t>(d.n) * d.in, 1);
   const FVec params = normal_floats(static_cast<std::size_t>(d.out) * d.in + d.out, 2, 0.5);
   check_layer(*device, *layer, {d.n, d.in, 1, 1}, x, params, [d](const Vec& xv, const Vec& pv) {
@@ -503,9 +503,9 @@ INSTANTIATE_TEST_SUITE_P(OddShapes, LinearLayer,
 
 TEST(LinearLayerShape, RejectsAnInputOfTheWrongSize) {
   auto layer = make_linear(7, 5);
-  EXPECT_THROW(layer->output_shape({2, 8, 1, 1}), ConfigError);
-  EXPECT_EQ(layer->output_shape({2, 7, 1, 1}).size(), 10u);
-  EXPECT_EQ(layer->output_shape({2, 1, 7, 1}).c, 5);  // any (c, h, w) with 7 values per sample
+  EXPECT_THROW(layer->output_shape({{2, 8, 1, 1}}), ConfigError);
+  EXPECT_EQ(layer->output_shape({{2, 7, 1, 1}}).size(), 10u);
+  EXPECT_EQ(layer->output_shape({{2, 1, 7, 1}}).c, 5);  // any (c, h, w) with 7 values per sample
 }
 
 // Inputs at least 0.05 away from the kink at 0, so that finite differences see one slope.
@@ -541,8 +541,8 @@ TEST(ReluLayer, InPlaceEqualsOutOfPlaceAndZeroGetsNoGradient) {
     EXPECT_EQ(apart.dx[i], x[i] > 0.0f ? dy[i] : 0.0f) << i;  // d/dx at 0 taken as 0, as torch
   }
   DeviceBuffer a = upload(*device, x), g = upload(*device, dy);
-  layer->forward(*device, in, a.floats(), a.floats());
-  layer->backward(*device, in, nullptr, a.floats(), g.floats(), g.floats());
+  layer->forward(*device, Pass{}, {in}, {a.floats()}, a.floats());
+  layer->backward(*device, Pass{}, {in}, {nullptr}, a.floats(), g.floats(), {g.floats()});
   EXPECT_EQ(download(*device, a.floats(), x.size()), apart.y);
   EXPECT_EQ(download(*device, g.floats(), x.size()), apart.dx);
 }
@@ -551,7 +551,7 @@ TEST(FlattenLayer, ReshapesAndPassesGradientsThrough) {
   const TensorShape in{2, 3, 5, 7};
   auto device = backend::make_cpu_backend();
   auto layer = make_flatten();
-  const TensorShape out = layer->output_shape(in);
+  const TensorShape out = layer->output_shape({in});
   EXPECT_EQ(out.n, 2);
   EXPECT_EQ(out.c, 105);
   EXPECT_EQ(out.h * out.w, 1);
@@ -564,8 +564,8 @@ TEST(FlattenLayer, InPlaceLeavesTheBufferAlone) {
   const TensorShape in{2, 3, 1, 3};
   const FVec x = normal_floats(in.size(), 14);
   DeviceBuffer a = upload(*device, x);
-  layer->forward(*device, in, a.floats(), a.floats());
-  layer->backward(*device, in, a.floats(), a.floats(), a.floats(), a.floats());
+  layer->forward(*device, Pass{}, {in}, {a.floats()}, a.floats());
+  layer->backward(*device, Pass{}, {in}, {a.floats()}, a.floats(), a.floats(), {a.floats()});
   EXPECT_EQ(download(*device, a.floats(), x.size()), x);
 }
 
@@ -618,7 +618,7 @@ TEST_P(ConvLayer, MatchesReferenceAndFiniteDifferences) {
   auto device = backend::make_cpu_backend(conv);
   auto layer = make_conv2d(d.c, d.out, d.k, d.pad);
   const TensorShape in{d.n, d.c, d.h, d.w};
-  const TensorShape out = layer->output_shape(in);
+  const TensorShape out = layer->output_shape({in});
   EXPECT_EQ(out.c, d.out);
   EXPECT_EQ(out.h, d.oh());
   EXPECT_EQ(out.w, d.ow());
@@ -662,9 +662,9 @@ INSTANTIATE_TEST_SUITE_P(Groups, ConvLargeBatch,
 
 TEST(ConvLayerShape, RejectsWrongChannelsAndTooSmallInputs) {
   auto layer = make_conv2d(3, 4, 5, 0);
-  EXPECT_THROW(layer->output_shape({1, 2, 7, 7}), ConfigError);
-  EXPECT_THROW(layer->output_shape({1, 3, 4, 7}), ConfigError);
-  EXPECT_EQ(layer->output_shape({1, 3, 5, 7}).w, 3);
+  EXPECT_THROW(layer->output_shape({{1, 2, 7, 7}}), ConfigError);
+  EXPECT_THROW(layer->output_shape({{1, 3, 4, 7}}), ConfigError);
+  EXPECT_EQ(layer->output_shape({{1, 3, 5, 7}}).w, 3);
   const auto params = layer->params();
   ASSERT_EQ(params.size(), 2u);
   EXPECT_EQ(params[0].shape, (std::vector<std::int64_t>{4, 3, 5, 5}));
@@ -691,7 +691,7 @@ TEST_P(MaxPoolLayer, MatchesReferenceAndFiniteDifferences) {
   auto device = backend::make_cpu_backend();
   auto layer = make_maxpool2d(d.window);
   const TensorShape in{d.n, d.c, d.h, d.w};
-  const TensorShape out = layer->output_shape(in);
+  const TensorShape out = layer->output_shape({in});
   EXPECT_EQ(out.h, d.oh());
   EXPECT_EQ(out.w, d.ow());
   check_layer(*device, *layer, in, untied_inputs(d.in_size(), 41), {}, [d](const Vec& x, const Vec&) {
@@ -1103,7 +1103,7 @@ TEST(ModelSpec, CnnLayersChainToTheClasses) {
   ASSERT_EQ(layers.size(), expected.size());
   TensorShape shape = spec.input();
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    shape = layers[i]->output_shape(shape);
+    shape = layers[i]->output_shape({shape});
     EXPECT_EQ((std::array<int, 3>{shape.c, shape.h, shape.w}), expected[i]) << layers[i]->describe();
   }
 }

@@ -29,6 +29,7 @@ class DeviceBuffer {
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
 
+  void* data() const { return data_; }
   float* floats() const { return static_cast<float*>(data_); }
   std::int32_t* ints() const { return static_cast<std::int32_t*>(data_); }
   std::size_t bytes() const { return bytes_; }

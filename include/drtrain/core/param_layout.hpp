@@ -1,11 +1,15 @@
-// ParamLayout: the flat parameter space. Every trainable tensor of a model lives at a fixed
-// offset in one contiguous float32 buffer, in the order the tensors were added (a model adds
-// them layer by layer, weight before bias); gradients use the same layout.
+// ParamLayout: the flat parameter space. Every tensor of a model lives at a fixed offset in one
+// contiguous float32 buffer, in the order the tensors were added (a model adds them layer by
+// layer, weight before bias); gradients use the same layout. Most tensors are trainable
+// parameters; "state" tensors (batch norm's running statistics) are not: their part of a
+// gradient carries the workers' updates of the state, which the PS averages instead of handing
+// to the optimizer (docs/ARCHITECTURE.md, "Batch norm").
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace drt {
@@ -15,6 +19,7 @@ struct TensorSpec {
   std::vector<std::int64_t> shape;  // row-major
   std::size_t offset = 0;           // first element in the flat buffer
   std::size_t numel = 0;
+  bool state = false;  // not trainable (see above)
 
   std::string shape_string() const;  // "512x784"
 };
@@ -22,12 +27,15 @@ struct TensorSpec {
 class ParamLayout {
  public:
   // Appends a tensor at the end of the flat space. Throws on a duplicate name or a bad shape.
-  const TensorSpec& add(const std::string& name, const std::vector<std::int64_t>& shape);
+  const TensorSpec& add(const std::string& name, const std::vector<std::int64_t>& shape, bool state = false);
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }  // elements
   std::size_t bytes() const { return total_ * sizeof(float); }
   const TensorSpec* find(const std::string& name) const;
+  // The state tensors' ranges [begin, end) in the flat space, in order, adjacent ones merged.
+  const std::vector<std::pair<std::size_t, std::size_t>>& state_ranges() const { return state_ranges_; }
+  std::size_t state_elements() const;
 
   // Names, shapes and offsets as text; identical layouts give identical text.
   std::string to_text() const;
@@ -35,6 +43,7 @@ class ParamLayout {
  private:
   std::vector<TensorSpec> tensors_;
   std::size_t total_ = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
 };
 
 }  // namespace drt

@@ -20,6 +20,7 @@ namespace drt::data {
 
 struct TowerBatch {
   int count = 0;              // samples (may be 0 in an epoch's last step)
+  int first = 0;              // position of its first sample in the global batch
   std::vector<float> images;  // count x rows x cols
   std::vector<std::int32_t> labels;
 };

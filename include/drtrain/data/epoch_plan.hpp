@@ -28,6 +28,8 @@ class EpochPlan {
   int batch_size(int step) const;
   // Dataset indices for tower `tower` of worker `worker` at `step` (possibly empty).
   std::vector<int> samples(int step, int worker, int tower) const;
+  // Where that part starts within global batch `step` (0 for the first part).
+  int part_begin(int step, int worker, int tower) const;
   // All samples of global batch `step`, in part order (what one process at batch B would use).
   std::vector<int> global_samples(int step) const;
   const std::vector<int>& permutation() const { return permutation_; }

@@ -36,6 +36,7 @@ struct CheckpointMeta {
   std::int64_t samples_seen = 0;   // training samples consumed since the start of the job
   std::int64_t global_batch = 0;
   std::string model;             // --model
+  std::string model_definition;  // the model graph in the model-file format (empty in older files)
   std::string optimizer;         // sgd | adam | adamw
   std::string optimizer_config;  // full description: lr, momentum, betas, decay, schedule
   std::int64_t num_ps = 0, num_workers = 0, towers = 0;

@@ -1,13 +1,13 @@
-// Layer: one step of a network with forward and backward passes, written against a Backend so
-// that it runs on any device. A layer instance belongs to one tower; it holds pointers to its
-// parameters and gradients inside the tower's flat buffers (bind) and any per-batch state it
-// needs between forward and backward (e.g. max-pooling's argmax).
+// Layer: one node of a network's graph with forward and backward passes, written against a
+// Backend so that it runs on any device. A layer instance belongs to one tower; it holds pointers
+// to its tensors and their gradients inside the tower's flat buffers (bind) and any per-batch
+// state it needs between forward and backward (e.g. max pooling's argmax, batch norm's saved
+// statistics). Most layers take one input; merge layers (add, concat) take several.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -21,49 +21,122 @@ struct TensorShape {
   std::size_t per_sample() const { return static_cast<std::size_t>(c) * h * w; }
   std::size_t size() const { return per_sample() * static_cast<std::size_t>(n); }
   std::string str() const;  // "1x28x28" (per sample)
+  bool same_sample(const TensorShape& o) const { return c == o.c && h == o.h && w == o.w; }
 };
 
-// A trainable tensor of a layer. Initialisation: He (Kaiming) normal for weights,
-// N(0, sqrt(2 / fan_in)), which keeps ReLU activations' variance stable; zeros for biases.
+// How a tensor starts. He (Kaiming) normal N(0, sqrt(2 / fan_in)) keeps ReLU activations'
+// variance stable; biases start at zero, batch norm's scale and running variance at one.
+enum class Init { kHeNormal, kZeros, kOnes };
+
+// A tensor of a layer: trainable (a parameter) or state (updated by the forward pass in
+// training, e.g. batch norm's running statistics; see ParamLayout).
 struct ParamSpec {
-  std::string name;                 // "weight", "bias"
+  std::string name;                 // "weight", "bias", "running_mean"
   std::vector<std::int64_t> shape;  // row-major
-  std::size_t fan_in = 0;           // inputs per output (He init); 0 for biases
+  std::size_t fan_in = 0;           // inputs per output (He init)
+  Init init = Init::kZeros;
+  bool state = false;
+  std::size_t numel() const;
+};
+
+// What a forward or backward call knows about the batch besides its data.
+struct Pass {
+  bool training = true;           // false: evaluation (batch norm uses running statistics, no dropout)
+  std::uint64_t seed = 0;         // the run's seed (dropout)
+  std::int64_t step = 0;          // the global step (dropout)
+  std::int64_t first_sample = 0;  // position of the tower's first sample in the global batch (dropout)
+  // Training: a layer with state writes (new state - current state) * state_scale into its
+  // state's gradient, so that summing over the towers of a worker gives the mean update.
+  float state_scale = 1.0f;
 };
 
 class Layer {
  public:
   virtual ~Layer() = default;
   virtual std::string describe() const = 0;  // "linear 784->512"
-  virtual TensorShape output_shape(const TensorShape& in) const = 0;
+  // Number of inputs: 1, or kAnyInputs (two or more).
+  static constexpr int kAnyInputs = -1;
+  virtual int arity() const { return 1; }
+  // Throws ConfigError when the inputs do not fit the layer (the message names the shapes).
+  virtual TensorShape output_shape(const std::vector<TensorShape>& in) const = 0;
+  // Parameters first, then state tensors, in the order they sit in the flat space.
   virtual std::vector<ParamSpec> params() const { return {}; }
-  // True when y may be the same buffer as x (ReLU, Flatten).
+  // True when y may be the same buffer as the (single) input x (ReLU, dropout), and backward
+  // may then write dx over dy.
   virtual bool in_place() const { return false; }
+  // True when y is x, unchanged, under another shape (flatten): y always shares x's buffer.
+  virtual bool is_view() const { return false; }
   // True when backward reads this layer's output y, so that an in-place layer after it must not
-  // overwrite it (max pooling).
+  // overwrite it (max pooling, tanh, sigmoid).
   virtual bool keeps_output() const { return false; }
-  // Allocates per-batch state for inputs of up to `max_in.n` samples, on `device`, which must
-  // outlive the layer.
-  virtual void prepare(backend::Backend& /*device*/, const TensorShape& /*max_in*/) {}
-  // Points the layer at its parameters and gradients (params() order, contiguous).
+  // Allocates per-batch state for inputs of up to `max_in[i].n` samples, on `device`, which must
+  // outlive the layer. `index` is the layer's position in the graph (dropout's key).
+  virtual void prepare(backend::Backend& /*device*/, const std::vector<TensorShape>& /*max_in*/, int /*index*/) {}
+  // Points the layer at its tensors and their gradients (params() order, contiguous).
   void bind(const float* params, float* grads) {
     params_ = params;
     grads_ = grads;
   }
-  virtual void forward(backend::Backend& device, const TensorShape& in, const float* x, float* y) = 0;
-  // Writes (not adds) the parameter gradients and, when dx is not null, the input gradient.
-  virtual void backward(backend::Backend& device, const TensorShape& in, const float* x, const float* y,
-                        const float* dy, float* dx) = 0;
+  virtual void forward(backend::Backend& device, const Pass& pass, const std::vector<TensorShape>& in,
+                       const std::vector<const float*>& x, float* y) = 0;
+  // Writes (not adds) the parameter gradients and, for each dx[i] that is not null, the gradient
+  // of input i. Only after a training-mode forward of the same batch.
+  virtual void backward(backend::Backend& device, const Pass& pass, const std::vector<TensorShape>& in,
+                        const std::vector<const float*>& x, const float* y, const float* dy,
+                        const std::vector<float*>& dx) = 0;
 
  protected:
   const float* params_ = nullptr;
   float* grads_ = nullptr;
 };
 
-std::unique_ptr<Layer> make_linear(int in, int out);
+// A layer of one input: the vector interface reduced to single pointers.
+class UnaryLayer : public Layer {
+ public:
+  TensorShape output_shape(const std::vector<TensorShape>& in) const final { return output_shape(in.at(0)); }
+  void prepare(backend::Backend& device, const std::vector<TensorShape>& max_in, int index) final {
+    prepare(device, max_in.at(0), index);
+  }
+  void forward(backend::Backend& device, const Pass& pass, const std::vector<TensorShape>& in,
+               const std::vector<const float*>& x, float* y) final {
+    forward(device, pass, in[0], x[0], y);
+  }
+  void backward(backend::Backend& device, const Pass& pass, const std::vector<TensorShape>& in,
+                const std::vector<const float*>& x, const float* y, const float* dy,
+                const std::vector<float*>& dx) final {
+    backward(device, pass, in[0], x[0], y, dy, dx[0]);
+  }
+
+  virtual TensorShape output_shape(const TensorShape& in) const = 0;
+  virtual void prepare(backend::Backend& /*device*/, const TensorShape& /*max_in*/, int /*index*/) {}
+  virtual void forward(backend::Backend& device, const Pass& pass, const TensorShape& in, const float* x,
+                       float* y) = 0;
+  virtual void backward(backend::Backend& device, const Pass& pass, const TensorShape& in, const float* x,
+                        const float* y, const float* dy, float* dx) = 0;
+};
+
+// The layers (src/nn/layers/). Options as in docs/MODEL_FORMAT.md.
+struct Conv2dOptions {
+  int in_channels = 0, out_channels = 0, kernel = 0, stride = 1, pad = 0, groups = 1;
+  bool bias = true;
+};
+struct PoolOptions {
+  int kernel = 2, stride = 2, pad = 0;
+};
+enum class PoolKind { kMax, kAverage };
+
+std::unique_ptr<Layer> make_linear(int in, int out, bool bias = true);
 std::unique_ptr<Layer> make_relu();
+std::unique_ptr<Layer> make_activation(backend::Activation f);
+std::unique_ptr<Layer> make_conv2d(const Conv2dOptions& options);
 std::unique_ptr<Layer> make_conv2d(int in_channels, int out_channels, int kernel, int pad);
+std::unique_ptr<Layer> make_pool2d(PoolKind kind, const PoolOptions& options);
 std::unique_ptr<Layer> make_maxpool2d(int window);
+std::unique_ptr<Layer> make_global_avgpool();
 std::unique_ptr<Layer> make_flatten();
+std::unique_ptr<Layer> make_batchnorm(int channels, float eps = 1e-5f, float momentum = 0.1f);
+std::unique_ptr<Layer> make_dropout(float p);
+std::unique_ptr<Layer> make_add();
+std::unique_ptr<Layer> make_concat();
 
 }  // namespace drt::nn

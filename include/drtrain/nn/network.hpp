@@ -1,5 +1,7 @@
-// Network: one replica of a model on one device (a tower's model): the layers, bound to the
-// tower's flat parameter and gradient buffers, plus the activation buffers of a batch.
+// Network: one replica of a model on one device (a tower's model): the graph's layers, bound to
+// the tower's flat parameter and gradient buffers, plus the activation and gradient buffers of a
+// batch. Forward runs the nodes in file order; backward in reverse, adding the gradients of a
+// node's output that feeds several nodes (residual connections).
 #pragma once
 
 #include <cstddef>
@@ -15,12 +17,12 @@
 namespace drt::nn {
 
 // Per-layer notifications for overlapping the exchange with compute, in flat-space elements
-// [begin, end) of one layer's parameters. Called on the thread that runs the network, and only
+// [begin, end) of one layer's tensors. Called on the thread that runs the network, and only
 // meaningful on a synchronous device (the CPU): a call means the work is done, not queued.
 struct LayerHooks {
-  // Before a layer's forward reads its parameters (training and evaluation).
+  // Before a layer's forward reads its tensors (training and evaluation).
   std::function<void(std::size_t begin, std::size_t end)> before_forward;
-  // After a layer's backward has written its parameter gradients (last layer first).
+  // After a layer's backward has written its gradients (last layer first).
   std::function<void(std::size_t begin, std::size_t end)> grads_ready;
 };
 
@@ -31,23 +33,24 @@ class Network {
 
   // params and grads: device buffers of spec.layout().total() floats.
   void bind(const float* params, float* grads);
-  // Installs (or, with empty functions, removes) the per-layer hooks; layers without
-  // parameters are not reported.
+  // Installs (or, with empty functions, removes) the per-layer hooks; layers without tensors
+  // are not reported.
   void set_hooks(LayerHooks hooks) { hooks_ = std::move(hooks); }
-  // Each layer's parameter range [begin, end), in forward order (empty for layers without).
+  // Each layer's tensor range [begin, end), in forward order (empty for layers without).
   const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const { return ranges_; }
 
-  // Forward, softmax cross-entropy and backward on n samples (device memory: x holds n images,
-  // labels n int32). The bound gradients receive grad_scale * d(sum of losses)/d(params); with
-  // n == 0 they are zeroed. The loss and correct count go to the device's accumulator
-  // (take_loss_sums); on a GPU this returns once the work is queued.
-  void enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale);
-  // Forward and loss only, accumulated likewise.
+  // Forward, softmax cross-entropy and backward on n samples (device memory: x holds n inputs,
+  // labels n int32). The bound gradients receive grad_scale * d(sum of losses)/d(params), and
+  // the state tensors' part the state update times pass.state_scale (layer.hpp); with n == 0
+  // they are zeroed. The loss and correct count go to the device's accumulator
+  // (take_loss_sums); on a GPU this returns once the work is queued. pass.training is ignored.
+  void enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale, const Pass& pass = {});
+  // Forward (evaluation mode) and loss only, accumulated likewise.
   void enqueue_evaluate(const float* x, const std::int32_t* labels, int n);
   // Waits for the device; the summed loss and correct count since the last call.
   backend::LossSums take_loss_sums();
   // enqueue_* followed by take_loss_sums().
-  backend::LossSums train(const float* x, const std::int32_t* labels, int n, float grad_scale);
+  backend::LossSums train(const float* x, const std::int32_t* labels, int n, float grad_scale, const Pass& pass = {});
   backend::LossSums evaluate(const float* x, const std::int32_t* labels, int n);
 
   int max_batch() const { return max_batch_; }
@@ -55,18 +58,34 @@ class Network {
   // take_loss_sums().
   double last_forward_s();
   double last_backward_s();
+  // Device memory held for activations and their gradients.
+  std::size_t activation_bytes() const;
 
  private:
-  void forward(const float* x, int n);
+  static constexpr int kData = -1;  // the caller's input buffer
+  // Backward's plan for one input slot of a node: the gradient buffer it writes, and whether it
+  // adds (writes to scratch, then adds) because another consumer wrote that buffer first.
+  struct GradTarget {
+    int buffer = -1;  // -1: no gradient (the data)
+    bool add = false;
+  };
+  void plan_buffers();
+  const float* activation(int node, const float* x) const;
+  std::vector<TensorShape> input_shapes(std::size_t node, int n) const;
+  void forward(const float* x, int n, const Pass& pass);
 
   const ModelSpec& spec_;
   backend::Backend& device_;
   int max_batch_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<TensorShape> shapes_;  // per-sample shape entering layer i; back() = logits
-  std::vector<backend::DeviceBuffer> storage_;
-  std::vector<float*> acts_;               // acts_[i] = input of layer i; acts_.back() = logits
-  backend::DeviceBuffer grad_a_, grad_b_;  // ping-pong buffers for activation gradients
+  std::vector<int> consumers_;                  // per node: how many input slots read its output
+  std::vector<int> act_owner_;                  // per node: the node whose buffer holds its output, or kData
+  std::vector<backend::DeviceBuffer> act_;      // per node: its own buffer (empty when shared)
+  std::vector<backend::DeviceBuffer> grad_;     // gradient buffers, each of the largest activation
+  std::vector<int> dy_buffer_;                  // per node: the buffer of d(loss)/d(output)
+  std::vector<std::vector<GradTarget>> dx_;     // per node and input slot
+  backend::DeviceBuffer scratch_;               // for added gradients
+  std::size_t largest_ = 0;                     // floats of the largest activation at max_batch
   float* grads_ = nullptr;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // per layer, flat-space elements
   LayerHooks hooks_;

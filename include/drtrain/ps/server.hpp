@@ -9,6 +9,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "drtrain/comm/topology.hpp"
 #include "drtrain/core/aligned_buffer.hpp"
@@ -56,6 +58,11 @@ class ParameterServer {
   using SpanSink = std::function<void(const char* name, double start_s, double end_s, std::int64_t step)>;
   void set_span_sink(SpanSink sink) { span_sink_ = std::move(sink); }
 
+  // Ranges [begin, end) of the flat space (global offsets) that hold state, not parameters
+  // (ParamLayout::state_ranges): there the mean of the pushed values is added to the values
+  // (workers push their state updates), and the optimizer is not applied. Set before serve().
+  void set_state_ranges(std::vector<std::pair<std::size_t, std::size_t>> ranges) { state_ranges_ = std::move(ranges); }
+
   ShardRange range() const { return range_; }
   float* params();  // this PS's shard, range().size() elements
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -68,6 +75,8 @@ class ParameterServer {
  private:
   const ShardLayout& layout() const;
   void apply_block(int block);
+  // The optimizer over shard elements [offset, offset + n), or the state rule where they are state.
+  void update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale);
 
   const comm::Topology& topo_;
   ExchangeConfig config_;
@@ -79,6 +88,7 @@ class ParameterServer {
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
   ServerStats stats_;
   SpanSink span_sink_;
+  std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
 };
 
 // Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots,

@@ -28,8 +28,11 @@ class Towers {
   virtual std::string describe() const = 0;
 
   // Forward/backward of tower t on batch.towers[t]; tower gradients = grad_scale * d(sum of its
-  // losses)/d(params). Returns the loss and correct counts summed over the towers.
-  virtual backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale) = 0;
+  // losses)/d(params), and the state tensors' part 1/T of the tower's state update (so that the
+  // sum over the towers is their mean). `pass` gives the seed and the global step (its
+  // first_sample and state_scale are set per tower). Returns the loss and correct counts summed
+  // over the towers.
+  virtual backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale, const nn::Pass& pass) = 0;
   // Sums the towers' gradients; returns host memory holding the worker's gradient (valid until
   // the next compute()).
   virtual const float* combine_gradients() = 0;

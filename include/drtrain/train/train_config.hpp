@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "drtrain/nn/model_graph.hpp"
 #include "drtrain/optim/optimizer.hpp"
 #include "drtrain/ps/exchange_config.hpp"
 #include "drtrain/train/cli_options.hpp"
@@ -13,7 +15,11 @@
 namespace drt::train {
 
 struct TrainConfig {
+  // --model: a preset (models/*.model), mlp:IN-H1-...-OUT, or a model file (docs/MODEL_FORMAT.md).
   std::string model = "mlp";
+  // A model built in C++ (nn::ModelGraph::add); when set it is trained instead of --model, whose
+  // text then only names it in logs and checkpoints.
+  std::shared_ptr<const nn::ModelGraph> model_graph;
   std::string dataset = "fashion-mnist";  // or "synthetic"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int synthetic_train = 60000;  // synthetic dataset sizes
@@ -55,6 +61,8 @@ struct TrainConfig {
   void validate() const;
   // The resolved configuration as an INI file that --config accepts.
   std::string to_ini() const;
+  // The model to train: model_graph, or --model loaded (ConfigError for a bad one).
+  nn::ModelGraph load_model() const;
 };
 
 // Parses the command line (and the --config INI file it names; the command line wins).

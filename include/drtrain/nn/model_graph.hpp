@@ -1,0 +1,67 @@
+// ModelGraph: a network as the user describes it, before shapes are known: named nodes, each a
+// layer kind with options and named inputs, in an order where every input is defined above its
+// use (so the graph has no cycles). Made by parsing a model file (docs/MODEL_FORMAT.md), from a
+// preset (models/*.model, built into the program), or in C++ with add(). ModelSpec turns it
+// into layers for a given input shape and number of classes.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace drt::nn {
+
+struct GraphNode {
+  std::string name;                           // unique; the prefix of its tensors ("conv1" -> "conv1.weight")
+  std::string kind;                           // linear, conv2d, batchnorm, relu, add, ...
+  std::vector<std::string> inputs;            // node names, or "input" (the data)
+  std::map<std::string, std::string> options;  // as written: "out" -> "16"
+  int line = 0;                               // in the model file (0: built in C++)
+};
+
+class ModelGraph {
+ public:
+  // The name of the data's node.
+  static constexpr const char* kInput = "input";
+
+  // Parses model-file text; `origin` names it in errors ("models/resnet20.model"). Throws
+  // ConfigError "origin:line: problem" for bad syntax, unknown kinds or options, bad values,
+  // undefined or duplicate names.
+  static ModelGraph parse(const std::string& text, const std::string& origin);
+  static ModelGraph parse_file(const std::string& path);
+  // --model: a preset name (mlp, cnn, resnet20), mlp:IN-H1-...-OUT, or a model file's path.
+  static ModelGraph load(const std::string& model);
+  // The presets' names and file texts (models/*.model, compiled in).
+  static std::vector<std::string> preset_names();
+  static const std::string* preset_text(const std::string& name);
+
+  explicit ModelGraph(std::string name = "model") : name_(std::move(name)) {}
+  // Appends a node (C++ models). Inputs default to the previous node (or the data for the
+  // first). Checks like parse(); returns *this.
+  ModelGraph& add(const std::string& name, const std::string& kind, std::vector<std::string> inputs = {},
+                  std::map<std::string, std::string> options = {});
+  // Softmax cross-entropy's label smoothing, in [0, 1).
+  ModelGraph& set_label_smoothing(double s);
+
+  const std::string& name() const { return name_; }
+  const std::vector<GraphNode>& nodes() const { return nodes_; }
+  double label_smoothing() const { return label_smoothing_; }
+  const std::string& origin() const { return origin_; }
+  // The graph in the model-file format (comments dropped, every input written out); parsing it
+  // gives the same graph. Stored in checkpoints.
+  std::string to_text() const;
+
+  // "origin:line: " (or "model 'name': " for C++ graphs) for messages about a node.
+  std::string where(const GraphNode& node) const;
+
+ private:
+  void check_node(const GraphNode& node) const;  // kinds, options, inputs, names
+
+  std::string name_;
+  std::string origin_;
+  std::vector<GraphNode> nodes_;
+  double label_smoothing_ = 0.0;
+};
+
+}  // namespace drt::nn
