@@ -1,6 +1,7 @@
 // CUDA kernels of softmax_cross_entropy (launchers.hpp): the loss of a batch of logits against
-// int32 labels, its number of correct predictions and of bad labels, added to three device
-// doubles, and optionally d(loss)/d(logits). Two kernels on the stream:
+// int32 labels with optional label smoothing, its number of correct predictions and of bad
+// labels, added to three device doubles, and optionally d(loss)/d(logits). Two kernels on the
+// stream:
 //
 //   1. rows: one thread per row runs rules.hpp softmax_xent_row (the formula of the CPU
 //      reference) and writes the row's loss to row_scratch[r]. A label outside [0, classes)
@@ -29,7 +30,7 @@ constexpr unsigned kRowBlock = 128;
 constexpr unsigned kSumBlock = 256;  // a power of two (tree reduction)
 
 __global__ void xent_rows_kernel(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
-                                 float grad_scale, double* row_loss, double* sums) {
+                                 float grad_scale, float smoothing, double* row_loss, double* sums) {
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   // The loop runs on block boundaries so that every thread of a block takes the same number of
   // turns and reaches __syncthreads_count together; threads past the last row count nothing.
@@ -46,7 +47,7 @@ __global__ void xent_rows_kernel(const float* logits, const std::int32_t* labels
         if (d)
           for (int j = 0; j < classes; ++j) d[j] = CUDART_NAN_F;
       } else {
-        row_loss[r] = softmax_xent_row(logits + at, label, classes, d, grad_scale, &correct);
+        row_loss[r] = softmax_xent_row(logits + at, label, classes, d, grad_scale, &correct, smoothing);
       }
     }
     const int block_correct = __syncthreads_count(correct);
@@ -75,12 +76,12 @@ __global__ void xent_sum_kernel(const double* row_loss, int rows, double* sums) 
 }  // namespace
 
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
-                           float grad_scale, double* row_scratch, double* sums, Stream stream) {
+                           float grad_scale, float label_smoothing, double* row_scratch, double* sums, Stream stream) {
   if (rows <= 0) return;
   if (classes < 0) classes = 0;  // every label is then out of range
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   xent_rows_kernel<<<cuda::grid_for(static_cast<std::size_t>(rows), kRowBlock), kRowBlock, 0, s>>>(
-      logits, labels, rows, classes, dlogits, grad_scale, row_scratch, sums);
+      logits, labels, rows, classes, dlogits, grad_scale, label_smoothing, row_scratch, sums);
   DRT_CUDA_LAUNCH_CHECK("softmax_cross_entropy rows");
   xent_sum_kernel<<<1, kSumBlock, 0, s>>>(row_scratch, rows, sums);
   DRT_CUDA_LAUNCH_CHECK("softmax_cross_entropy sum");

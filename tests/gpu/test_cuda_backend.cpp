@@ -1,18 +1,26 @@
 // The CUDA backend against the CPU backend (itself checked against float64 references and
-// finite differences in tests/unit/test_layers.cpp): cuBLAS GEMMs, cuDNN convolution and
-// pooling, the loss, and whole training steps of the model zoo, on odd shapes. Outputs are
-// poisoned with NaN first so unwritten elements fail. FMA-only math (no TF32), so the only
-// differences are summation orders: tolerances as in the layer tests.
+// finite differences in tests/unit/test_layers.cpp): cuBLAS GEMMs, cuDNN convolution (strided,
+// padded, grouped, depthwise, with and without bias), max and average pooling (padded), global
+// average pooling, batch normalisation, the activations, dropout (masks bit for bit), strided
+// row copies, the loss with and without label smoothing, and whole training steps of the model
+// zoo, on odd shapes. Outputs are poisoned with NaN first so unwritten elements fail. FMA-only
+// math (no TF32), so the only differences are summation orders and the last bits of erf/exp/tanh:
+// tolerances as in the layer tests.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/backend/cuda_backend.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/kernels/rules.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/nn/network.hpp"
 #include "support/device_compare.hpp"
@@ -101,61 +109,368 @@ TEST(CudaBackend, ElementwiseOpsMatchCpu) {
   EXPECT_TRUE(all_close(download(*p.gpu, out.floats(), cols), grad_bias, 1e-6)) << "bias gradient";
 }
 
+std::string describe(const backend::Conv2dShape& s) {
+  return std::to_string(s.batch) + "x" + std::to_string(s.in_channels) + "x" + std::to_string(s.height) + "x" +
+         std::to_string(s.width) + " by " + std::to_string(s.out_channels) + "x" + std::to_string(s.in_per_group()) +
+         "x" + std::to_string(s.kernel) + "x" + std::to_string(s.kernel) + " stride " + std::to_string(s.stride) +
+         " pad " + std::to_string(s.pad) + " groups " + std::to_string(s.groups);
+}
+
+// Each shape with and without bias; strided, padded, grouped and depthwise ones.
 TEST(CudaBackend, ConvolutionMatchesCpu) {
   Pair p;
-  std::vector<backend::Conv2dShape> shapes(3);
-  shapes[0] = {3, 2, 9, 11, 5, 3, 1, 1};
-  shapes[1] = {4, 1, 28, 28, 32, 5, 1, 2};  // the CNN's first layer
-  shapes[2] = {2, 3, 10, 7, 4, 3, 2, 0};
+  const std::vector<backend::Conv2dShape> shapes = {
+      {3, 2, 9, 11, 5, 3, 1, 1, 1},  {4, 1, 28, 28, 32, 5, 1, 2, 1},  // the CNN's first layer
+      {2, 3, 10, 7, 4, 3, 2, 0, 1},  {3, 4, 9, 8, 6, 3, 2, 1, 2},     // stride 2, pad 1, 2 groups
+      {2, 6, 11, 9, 9, 3, 1, 1, 3},                                   // 3 groups of 2 -> 3
+      {2, 8, 10, 10, 8, 3, 1, 1, 8},                                  // depthwise
+      {3, 5, 9, 7, 10, 3, 2, 1, 5},                                   // depthwise, channel multiplier 2, stride 2
+      {2, 4, 7, 7, 8, 1, 2, 0, 2},                                    // 1x1, strided, grouped
+  };
   for (const backend::Conv2dShape& s : shapes) {
-    const std::size_t nx = static_cast<std::size_t>(s.batch) * s.in_channels * s.height * s.width;
-    const std::size_t ny = static_cast<std::size_t>(s.batch) * s.out_channels * s.out_height() * s.out_width();
-    const std::size_t nw = static_cast<std::size_t>(s.out_channels) * s.in_channels * s.kernel * s.kernel;
-    const auto x = random_floats(nx, 10), w = random_floats(nw, 11, 0.3f), b = random_floats(s.out_channels, 12);
-    const auto dy = random_floats(ny, 13);
-    std::vector<float> ws(p.cpu->conv2d_workspace_floats(s));
-    std::vector<float> y(ny), dw(nw), db(s.out_channels), dx(nx);
-    p.cpu->conv2d_forward(s, x.data(), w.data(), b.data(), y.data(), ws.data());
-    p.cpu->conv2d_backward(s, x.data(), w.data(), dy.data(), dw.data(), db.data(), dx.data(), ws.data());
+    for (const bool with_bias : {true, false}) {
+      const std::string what = describe(s) + (with_bias ? "" : " without bias");
+      const std::size_t nx = static_cast<std::size_t>(s.batch) * s.in_channels * s.height * s.width;
+      const std::size_t ny = static_cast<std::size_t>(s.batch) * s.out_channels * s.out_height() * s.out_width();
+      const std::size_t nw = static_cast<std::size_t>(s.out_channels) * s.in_per_group() * s.kernel * s.kernel;
+      const auto x = random_floats(nx, 10), w = random_floats(nw, 11, 0.3f), b = random_floats(s.out_channels, 12);
+      const auto dy = random_floats(ny, 13);
+      std::vector<float> ws(p.cpu->conv2d_workspace_floats(s));
+      std::vector<float> y(ny), dw(nw), db(s.out_channels), dx(nx);
+      p.cpu->conv2d_forward(s, x.data(), w.data(), with_bias ? b.data() : nullptr, y.data(), ws.data());
+      p.cpu->conv2d_backward(s, x.data(), w.data(), dy.data(), dw.data(), with_bias ? db.data() : nullptr, dx.data(),
+                             ws.data());
 
-    DeviceBuffer gx = upload(*p.gpu, x), gw = upload(*p.gpu, w), gb = upload(*p.gpu, b), gdy = upload(*p.gpu, dy);
-    DeviceBuffer gy = p.gpu->allocate_floats(ny), gdw = p.gpu->allocate_floats(nw);
-    DeviceBuffer gdb = p.gpu->allocate_floats(s.out_channels), gdx = p.gpu->allocate_floats(nx);
-    DeviceBuffer gws = p.gpu->allocate_floats(p.gpu->conv2d_workspace_floats(s));
-    for (auto* buf : {&gy, &gdw, &gdb, &gdx}) poison(*p.gpu, buf->floats(), buf->bytes() / sizeof(float));
-    p.gpu->conv2d_forward(s, gx.floats(), gw.floats(), gb.floats(), gy.floats(), gws.floats());
-    p.gpu->conv2d_backward(s, gx.floats(), gw.floats(), gdy.floats(), gdw.floats(), gdb.floats(), gdx.floats(),
-                           gws.floats());
-    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), ny), y, kForwardTol)) << "forward";
-    EXPECT_TRUE(all_close(download(*p.gpu, gdw.floats(), nw), dw, kGradTol)) << "weights";
-    EXPECT_TRUE(all_close(download(*p.gpu, gdb.floats(), s.out_channels), db, kGradTol)) << "bias";
-    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), nx), dx, kGradTol)) << "input";
-    // Without dx (a first layer) the parameter gradients are the same.
-    poison(*p.gpu, gdw.floats(), nw);
-    p.gpu->conv2d_backward(s, gx.floats(), gw.floats(), gdy.floats(), gdw.floats(), gdb.floats(), nullptr,
-                           gws.floats());
-    EXPECT_TRUE(all_close(download(*p.gpu, gdw.floats(), nw), dw, kGradTol)) << "weights without dx";
+      DeviceBuffer gx = upload(*p.gpu, x), gw = upload(*p.gpu, w), gb = upload(*p.gpu, b), gdy = upload(*p.gpu, dy);
+      DeviceBuffer gy = p.gpu->allocate_floats(ny), gdw = p.gpu->allocate_floats(nw);
+      DeviceBuffer gdb = p.gpu->allocate_floats(s.out_channels), gdx = p.gpu->allocate_floats(nx);
+      DeviceBuffer gws = p.gpu->allocate_floats(p.gpu->conv2d_workspace_floats(s));
+      for (auto* buf : {&gy, &gdw, &gdb, &gdx}) poison(*p.gpu, buf->floats(), buf->bytes() / sizeof(float));
+      p.gpu->conv2d_forward(s, gx.floats(), gw.floats(), with_bias ? gb.floats() : nullptr, gy.floats(), gws.floats());
+      p.gpu->conv2d_backward(s, gx.floats(), gw.floats(), gdy.floats(), gdw.floats(),
+                             with_bias ? gdb.floats() : nullptr, gdx.floats(), gws.floats());
+      EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), ny), y, kForwardTol)) << what << ": forward";
+      EXPECT_TRUE(all_close(download(*p.gpu, gdw.floats(), nw), dw, kGradTol)) << what << ": weights";
+      if (with_bias) {
+        EXPECT_TRUE(all_close(download(*p.gpu, gdb.floats(), s.out_channels), db, kGradTol)) << what << ": bias";
+      } else {
+        for (float v : download(*p.gpu, gdb.floats(), s.out_channels))
+          EXPECT_TRUE(std::isnan(v)) << what << ": the bias gradient was written though dbias is null";
+      }
+      EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), nx), dx, kGradTol)) << what << ": input";
+      // Without dx (a first layer) the parameter gradients are the same.
+      poison(*p.gpu, gdw.floats(), nw);
+      p.gpu->conv2d_backward(s, gx.floats(), gw.floats(), gdy.floats(), gdw.floats(),
+                             with_bias ? gdb.floats() : nullptr, nullptr, gws.floats());
+      EXPECT_TRUE(all_close(download(*p.gpu, gdw.floats(), nw), dw, kGradTol)) << what << ": weights without dx";
+    }
   }
+}
+
+// Pooling shapes: the plain 2x2 of the CNN, overlapping windows with padding, a stride leaving
+// trailing rows unused, a 1x1 window.
+const std::vector<backend::Pool2dShape> kPoolShapes = {
+    {3, 4, 10, 9, 2, 2, 0}, {2, 3, 11, 13, 3, 2, 1}, {2, 2, 7, 7, 3, 1, 1},
+    {2, 3, 10, 9, 4, 3, 2}, {1, 2, 5, 6, 1, 1, 0},
+};
+
+std::string describe(const backend::Pool2dShape& s) {
+  return std::to_string(s.batch) + "x" + std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" +
+         std::to_string(s.width) + " window " + std::to_string(s.window) + " stride " + std::to_string(s.stride) +
+         " pad " + std::to_string(s.pad);
 }
 
 TEST(CudaBackend, MaxPoolMatchesCpu) {
   Pair p;
-  const backend::Pool2dShape s{3, 4, 10, 9, 2, 2};
-  const std::size_t nx = static_cast<std::size_t>(s.batch) * s.channels * s.height * s.width;
-  const std::size_t ny = static_cast<std::size_t>(s.batch) * s.channels * s.out_height() * s.out_width();
-  const auto x = random_floats(nx, 20), dy = random_floats(ny, 21);  // continuous: no ties
-  std::vector<float> y(ny), dx(nx);
-  std::vector<std::int32_t> argmax(ny);
-  p.cpu->maxpool2d_forward(s, x.data(), y.data(), argmax.data());
-  p.cpu->maxpool2d_backward(s, x.data(), y.data(), dy.data(), argmax.data(), dx.data());
-  DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(ny);
-  DeviceBuffer gdx = p.gpu->allocate_floats(nx), garg = p.gpu->allocate(ny * sizeof(std::int32_t));
-  poison(*p.gpu, gy.floats(), ny);
-  poison(*p.gpu, gdx.floats(), nx);
-  p.gpu->maxpool2d_forward(s, gx.floats(), gy.floats(), garg.ints());
-  p.gpu->maxpool2d_backward(s, gx.floats(), gy.floats(), gdy.floats(), garg.ints(), gdx.floats());
-  EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), ny), y, 0.0));
-  EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), nx), dx, 0.0));
+  for (const backend::Pool2dShape& s : kPoolShapes) {
+    // Shifted down as well: with only negative inputs a padded zero must still never win.
+    for (const float shift : {0.0f, -10.0f}) {
+      const std::string what = describe(s) + (shift < 0.0f ? " (all negative)" : "");
+      const std::size_t nx = static_cast<std::size_t>(s.batch) * s.channels * s.height * s.width;
+      const std::size_t ny = static_cast<std::size_t>(s.batch) * s.channels * s.out_height() * s.out_width();
+      auto x = random_floats(nx, 20);  // continuous: no ties
+      for (float& v : x) v += shift;
+      const auto dy = random_floats(ny, 21);
+      std::vector<float> y(ny), dx(nx);
+      std::vector<std::int32_t> argmax(ny);
+      p.cpu->maxpool2d_forward(s, x.data(), y.data(), argmax.data());
+      p.cpu->maxpool2d_backward(s, x.data(), y.data(), dy.data(), argmax.data(), dx.data());
+      DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(ny);
+      DeviceBuffer gdx = p.gpu->allocate_floats(nx), garg = p.gpu->allocate(ny * sizeof(std::int32_t));
+      poison(*p.gpu, gy.floats(), ny);
+      poison(*p.gpu, gdx.floats(), nx);
+      p.gpu->maxpool2d_forward(s, gx.floats(), gy.floats(), garg.ints());
+      p.gpu->maxpool2d_backward(s, gx.floats(), gy.floats(), gdy.floats(), garg.ints(), gdx.floats());
+      EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), ny), y, 0.0)) << what << ": forward";
+      // Overlapping windows may add two dy into one dx in another order: not bitwise there.
+      EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), nx), dx, s.stride < s.window ? 1e-6 : 0.0))
+          << what << ": backward";
+    }
+  }
+}
+
+TEST(CudaBackend, AvgPoolMatchesCpu) {
+  Pair p;
+  for (const backend::Pool2dShape& s : kPoolShapes) {
+    const std::string what = describe(s);
+    const std::size_t nx = static_cast<std::size_t>(s.batch) * s.channels * s.height * s.width;
+    const std::size_t ny = static_cast<std::size_t>(s.batch) * s.channels * s.out_height() * s.out_width();
+    const auto x = random_floats(nx, 22), dy = random_floats(ny, 23);
+    std::vector<float> y(ny), dx(nx);
+    p.cpu->avgpool2d_forward(s, x.data(), y.data());
+    p.cpu->avgpool2d_backward(s, dy.data(), dx.data());
+    DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(ny);
+    DeviceBuffer gdx = p.gpu->allocate_floats(nx);
+    poison(*p.gpu, gy.floats(), ny);
+    poison(*p.gpu, gdx.floats(), nx);
+    p.gpu->avgpool2d_forward(s, gx.floats(), gy.floats());
+    p.gpu->avgpool2d_backward(s, gdy.floats(), gdx.floats());
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), ny), y, kForwardTol)) << what << ": forward";
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), nx), dx, kForwardTol)) << what << ": backward";
+  }
+}
+
+TEST(CudaBackend, GlobalAvgPoolMatchesCpu) {
+  Pair p;
+  for (const auto [planes, plane_size] : {std::array<std::size_t, 2>{1, 1}, std::array<std::size_t, 2>{10, 63},
+                                          std::array<std::size_t, 2>{6, 49}, std::array<std::size_t, 2>{3, 3136}}) {
+    const std::size_t n = planes * plane_size;
+    const auto x = random_floats(n, 24), dy = random_floats(planes, 25);
+    std::vector<float> y(planes), dx(n);
+    p.cpu->global_avgpool_forward(x.data(), y.data(), planes, plane_size);
+    p.cpu->global_avgpool_backward(dy.data(), dx.data(), planes, plane_size);
+    DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(planes);
+    DeviceBuffer gdx = p.gpu->allocate_floats(n);
+    poison(*p.gpu, gy.floats(), planes);
+    poison(*p.gpu, gdx.floats(), n);
+    p.gpu->global_avgpool_forward(gx.floats(), gy.floats(), planes, plane_size);
+    p.gpu->global_avgpool_backward(gdy.floats(), gdx.floats(), planes, plane_size);
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), planes), y, kForwardTol)) << planes << " x " << plane_size;
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), n), dx, kForwardTol)) << planes << " x " << plane_size;
+  }
+}
+
+// Batch normalisation (cuDNN, spatial mode) against the CPU: training-mode output, the saved
+// mean and 1 / sqrt(var + eps), the new running statistics (unbiased variance), inference mode,
+// and the backward, with the GPU's own saved statistics and with the CPU's (the two devices mean
+// the same thing by them).
+TEST(CudaBackend, BatchNormMatchesCpu) {
+  Pair p;
+  const std::vector<backend::BatchNormShape> shapes = {{8, 3, 25}, {19, 6, 1}, {2, 5, 49}, {3, 4, 7}};
+  const float eps = 1e-5f, momentum = 0.1f;
+  for (const backend::BatchNormShape& s : shapes) {
+    const std::string what =
+        std::to_string(s.batch) + " x " + std::to_string(s.channels) + " x " + std::to_string(s.spatial);
+    const std::size_t n = static_cast<std::size_t>(s.channels) * s.count(), c = static_cast<std::size_t>(s.channels);
+    auto x = random_floats(n, 60, 2.0f);
+    for (std::size_t i = 0; i < n; ++i) x[i] += static_cast<float>((i / s.spatial) % c);  // per-channel means
+    const auto gamma = random_floats(c, 61), beta = random_floats(c, 62), dy = random_floats(n, 63);
+    const auto running_mean = random_floats(c, 64);
+    auto running_var = random_floats(c, 65);
+    for (float& v : running_var) v = v * v + 0.5f;
+
+    std::vector<float> y(n), save_mean(c), save_inv_std(c), new_mean(c), new_var(c), y_infer(n);
+    std::vector<float> dx(n), dgamma(c), dbeta(c);
+    p.cpu->batchnorm_forward_train(s, x.data(), gamma.data(), beta.data(), eps, y.data(), save_mean.data(),
+                                   save_inv_std.data(), momentum, running_mean.data(), running_var.data(),
+                                   new_mean.data(), new_var.data());
+    p.cpu->batchnorm_forward_infer(s, x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), eps,
+                                   y_infer.data());
+    p.cpu->batchnorm_backward(s, x.data(), dy.data(), gamma.data(), save_mean.data(), save_inv_std.data(), dx.data(),
+                              dgamma.data(), dbeta.data());
+
+    DeviceBuffer gx = upload(*p.gpu, x), ggamma = upload(*p.gpu, gamma), gbeta = upload(*p.gpu, beta);
+    DeviceBuffer gdy = upload(*p.gpu, dy), grm = upload(*p.gpu, running_mean), grv = upload(*p.gpu, running_var);
+    DeviceBuffer gy = p.gpu->allocate_floats(n), gsm = p.gpu->allocate_floats(c), gsi = p.gpu->allocate_floats(c);
+    DeviceBuffer gnm = p.gpu->allocate_floats(c), gnv = p.gpu->allocate_floats(c);
+    for (auto* buf : {&gy, &gsm, &gsi, &gnm, &gnv}) poison(*p.gpu, buf->floats(), buf->bytes() / sizeof(float));
+    p.gpu->batchnorm_forward_train(s, gx.floats(), ggamma.floats(), gbeta.floats(), eps, gy.floats(), gsm.floats(),
+                                   gsi.floats(), momentum, grm.floats(), grv.floats(), gnm.floats(), gnv.floats());
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), n), y, kForwardTol)) << what << ": train y";
+    EXPECT_TRUE(all_close(download(*p.gpu, gsm.floats(), c), save_mean, kForwardTol)) << what << ": saved mean";
+    EXPECT_TRUE(all_close(download(*p.gpu, gsi.floats(), c), save_inv_std, kForwardTol)) << what << ": saved inv std";
+    EXPECT_TRUE(all_close(download(*p.gpu, gnm.floats(), c), new_mean, kForwardTol)) << what << ": new running mean";
+    EXPECT_TRUE(all_close(download(*p.gpu, gnv.floats(), c), new_var, kForwardTol)) << what << ": new running var";
+    EXPECT_EQ(download(*p.gpu, grm.floats(), c), running_mean) << what << ": running mean is read-only";
+    EXPECT_EQ(download(*p.gpu, grv.floats(), c), running_var) << what << ": running var is read-only";
+
+    // Without running statistics: the same output and saved statistics.
+    poison(*p.gpu, gy.floats(), n);
+    poison(*p.gpu, gsi.floats(), c);
+    p.gpu->batchnorm_forward_train(s, gx.floats(), ggamma.floats(), gbeta.floats(), eps, gy.floats(), gsm.floats(),
+                                   gsi.floats(), momentum, nullptr, nullptr, nullptr, nullptr);
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), n), y, kForwardTol)) << what << ": train y, no running";
+    EXPECT_TRUE(all_close(download(*p.gpu, gsi.floats(), c), save_inv_std, kForwardTol))
+        << what << ": saved inv std, no running";
+
+    DeviceBuffer gyi = p.gpu->allocate_floats(n);
+    poison(*p.gpu, gyi.floats(), n);
+    p.gpu->batchnorm_forward_infer(s, gx.floats(), ggamma.floats(), gbeta.floats(), grm.floats(), grv.floats(), eps,
+                                   gyi.floats());
+    EXPECT_TRUE(all_close(download(*p.gpu, gyi.floats(), n), y_infer, kForwardTol)) << what << ": inference";
+
+    DeviceBuffer gdx = p.gpu->allocate_floats(n), gdg = p.gpu->allocate_floats(c), gdb = p.gpu->allocate_floats(c);
+    for (auto* buf : {&gdx, &gdg, &gdb}) poison(*p.gpu, buf->floats(), buf->bytes() / sizeof(float));
+    p.gpu->batchnorm_backward(s, gx.floats(), gdy.floats(), ggamma.floats(), gsm.floats(), gsi.floats(), gdx.floats(),
+                              gdg.floats(), gdb.floats());
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), n), dx, kGradTol)) << what << ": dx";
+    EXPECT_TRUE(all_close(download(*p.gpu, gdg.floats(), c), dgamma, kGradTol)) << what << ": dgamma";
+    EXPECT_TRUE(all_close(download(*p.gpu, gdb.floats(), c), dbeta, kGradTol)) << what << ": dbeta";
+
+    // Without dx; and from the CPU's saved statistics.
+    for (auto* buf : {&gdg, &gdb}) poison(*p.gpu, buf->floats(), c);
+    p.gpu->batchnorm_backward(s, gx.floats(), gdy.floats(), ggamma.floats(), gsm.floats(), gsi.floats(), nullptr,
+                              gdg.floats(), gdb.floats());
+    EXPECT_TRUE(all_close(download(*p.gpu, gdg.floats(), c), dgamma, kGradTol)) << what << ": dgamma without dx";
+    EXPECT_TRUE(all_close(download(*p.gpu, gdb.floats(), c), dbeta, kGradTol)) << what << ": dbeta without dx";
+    DeviceBuffer cpu_sm = upload(*p.gpu, save_mean), cpu_si = upload(*p.gpu, save_inv_std);
+    poison(*p.gpu, gdx.floats(), n);
+    p.gpu->batchnorm_backward(s, gx.floats(), gdy.floats(), ggamma.floats(), cpu_sm.floats(), cpu_si.floats(),
+                              gdx.floats(), gdg.floats(), gdb.floats());
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), n), dx, kGradTol)) << what << ": dx from the CPU's stats";
+  }
+}
+
+TEST(CudaBackend, BatchNormRejectsWhatCudnnCannotDo) {
+  Pair p;
+  const backend::BatchNormShape s{1, 2, 1};  // one value per channel: no unbiased variance
+  DeviceBuffer a = p.gpu->allocate_floats(16), b = p.gpu->allocate_floats(16);
+  float* f = a.floats();
+  float* g = b.floats();
+  EXPECT_THROW(p.gpu->batchnorm_forward_train(s, f, f, f, 1e-5f, g, g + 2, g + 4, 0.1f, f, f, g + 6, g + 8), Error);
+  const backend::BatchNormShape ok{4, 2, 1};
+  EXPECT_THROW(
+      p.gpu->batchnorm_forward_train(ok, f, f, f, -1.0f, g, g + 8, g + 10, 0.1f, nullptr, nullptr, nullptr, nullptr),
+      Error)
+      << "eps below CUDNN_BN_MIN_EPSILON";
+}
+
+TEST(CudaBackend, ActivationsMatchCpu) {
+  Pair p;
+  const std::size_t n = 1001;
+  const auto x = random_floats(n, 70, 3.0f), dy = random_floats(n, 71);
+  DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(n);
+  DeviceBuffer gdx = p.gpu->allocate_floats(n);
+  for (const auto& [f, name] :
+       {std::pair{backend::Activation::kGelu, "gelu"}, std::pair{backend::Activation::kTanh, "tanh"},
+        std::pair{backend::Activation::kSigmoid, "sigmoid"}}) {
+    std::vector<float> y(n), dx(n);
+    p.cpu->activation_forward(f, x.data(), y.data(), n);
+    p.cpu->activation_backward(f, x.data(), y.data(), dy.data(), dx.data(), n);
+    poison(*p.gpu, gy.floats(), n);
+    poison(*p.gpu, gdx.floats(), n);
+    p.gpu->activation_forward(f, gx.floats(), gy.floats(), n);
+    // Only the input the gradient reads: x for GELU, y for tanh and sigmoid.
+    const bool from_x = f == backend::Activation::kGelu;
+    p.gpu->activation_backward(f, from_x ? gx.floats() : nullptr, from_x ? nullptr : gy.floats(), gdy.floats(),
+                               gdx.floats(), n);
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), n), y, kForwardTol)) << name << " forward";
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), n), dx, kForwardTol)) << name << " backward";
+    // In place: y over x, dx over dy.
+    DeviceBuffer xy = upload(*p.gpu, x), dd = upload(*p.gpu, dy);
+    p.gpu->activation_forward(f, xy.floats(), xy.floats(), n);
+    EXPECT_TRUE(all_close(download(*p.gpu, xy.floats(), n), y, kForwardTol)) << name << " forward in place";
+    if (!from_x) {
+      p.gpu->activation_backward(f, nullptr, xy.floats(), dd.floats(), dd.floats(), n);
+      EXPECT_TRUE(all_close(download(*p.gpu, dd.floats(), n), dx, kForwardTol)) << name << " backward in place";
+    }
+  }
+}
+
+std::vector<std::uint8_t> download_bytes(Backend& device, const void* data, std::size_t n) {
+  std::vector<std::uint8_t> host(n);
+  device.copy_to_host(host.data(), data, n);
+  return host;
+}
+
+// The mask is the CPU's bit for bit (a hash of key, global sample and element), also for a tower
+// holding rows from the middle of the global batch.
+TEST(CudaBackend, DropoutMatchesCpuBitwise) {
+  Pair p;
+  backend::DropoutShape s;
+  s.rows = 7;
+  s.per_sample = 1003;
+  s.p = 0.3f;
+  s.key = kernels::dropout_key(99, 12, 3);
+  s.first_sample = 123;
+  const std::size_t n = s.size();
+  const auto x = random_floats(n, 80), dy = random_floats(n, 81);
+  std::vector<float> y(n), dx(n);
+  std::vector<std::uint8_t> mask(n);
+  p.cpu->dropout_forward(s, x.data(), y.data(), mask.data());
+  p.cpu->dropout_backward(s, dy.data(), mask.data(), dx.data());
+
+  DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(n);
+  DeviceBuffer gdx = p.gpu->allocate_floats(n), gmask = p.gpu->allocate(n);
+  poison(*p.gpu, gy.floats(), n);
+  poison(*p.gpu, gdx.floats(), n);
+  p.gpu->zero(gmask.floats(), n);
+  auto* gm = reinterpret_cast<std::uint8_t*>(gmask.floats());
+  p.gpu->dropout_forward(s, gx.floats(), gy.floats(), gm);
+  p.gpu->dropout_backward(s, gdy.floats(), gm, gdx.floats());
+  EXPECT_EQ(download_bytes(*p.gpu, gm, n), mask) << "mask";
+  EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), n), y, 1e-6)) << "forward";
+  EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), n), dx, 1e-6)) << "backward";
+  std::size_t kept = 0;
+  for (std::uint8_t m : mask) kept += m;
+  EXPECT_GT(kept, n / 2) << "p = 0.3 keeps about 70%";
+  EXPECT_LT(kept, n * 9 / 10);
+
+  // Rows 3.. alone, as another tower would hold them: the same mask bytes.
+  backend::DropoutShape tail = s;
+  tail.rows = s.rows - 3;
+  tail.first_sample = s.first_sample + 3;
+  const std::size_t skip = 3 * s.per_sample;
+  p.gpu->zero(gmask.floats(), n);
+  p.gpu->dropout_forward(tail, gx.floats() + skip, gy.floats() + skip, gm + skip);
+  const std::vector<std::uint8_t> got_tail = download_bytes(*p.gpu, gm + skip, tail.size());
+  EXPECT_TRUE(std::equal(got_tail.begin(), got_tail.end(), mask.begin() + static_cast<std::ptrdiff_t>(skip)))
+      << "the mask of a tower's share";
+
+  // In place.
+  DeviceBuffer xy = upload(*p.gpu, x);
+  p.gpu->dropout_forward(s, xy.floats(), xy.floats(), gm);
+  EXPECT_TRUE(all_close(download(*p.gpu, xy.floats(), n), y, 1e-6)) << "forward in place";
+}
+
+TEST(CudaBackend, CopyRowsMatchesCpu) {
+  Pair p;
+  struct Case {
+    std::size_t dst_stride, src_stride, row_floats, rows;
+  };
+  // Into the middle of wider rows (concatenation), out of them (its backward), one row, dense.
+  for (const Case& c : {Case{10, 4, 4, 13}, Case{4, 10, 4, 13}, Case{7, 3, 3, 1}, Case{5, 5, 5, 9}}) {
+    const std::size_t dst_n = c.dst_stride * (c.rows - 1) + c.row_floats + 3;
+    const std::size_t src_n = c.src_stride * (c.rows - 1) + c.row_floats;
+    const auto src = random_floats(src_n, 90), dst0 = random_floats(dst_n, 91);
+    std::vector<float> dst = dst0;
+    p.cpu->copy_rows(dst.data() + 3, c.dst_stride, src.data(), c.src_stride, c.row_floats, c.rows);
+    DeviceBuffer gsrc = upload(*p.gpu, src), gdst = upload(*p.gpu, dst0);
+    p.gpu->copy_rows(gdst.floats() + 3, c.dst_stride, gsrc.floats(), c.src_stride, c.row_floats, c.rows);
+    EXPECT_EQ(download(*p.gpu, gdst.floats(), dst_n), dst)
+        << c.dst_stride << " <- " << c.src_stride << ", " << c.rows << " rows of " << c.row_floats;
+  }
+}
+
+TEST(CudaBackend, LabelSmoothingMatchesCpu) {
+  Pair p;
+  const int rows = 37, classes = 11;
+  const auto z = random_floats(static_cast<std::size_t>(rows) * classes, 32, 3.0f);
+  const auto labels = random_labels(rows, classes, 33);
+  DeviceBuffer gz = upload(*p.gpu, z), gl = upload(*p.gpu, labels), gd = p.gpu->allocate_floats(z.size());
+  for (const float smoothing : {0.0f, 0.1f, 0.3f}) {
+    std::vector<float> d(z.size());
+    const backend::LossSums expected =
+        p.cpu->softmax_cross_entropy(z.data(), labels.data(), rows, classes, d.data(), 0.25f, smoothing);
+    poison(*p.gpu, gd.floats(), z.size());
+    const backend::LossSums got =
+        p.gpu->softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, gd.floats(), 0.25f, smoothing);
+    EXPECT_NEAR(got.loss, expected.loss, 1e-9 * expected.loss) << "smoothing " << smoothing;
+    EXPECT_EQ(got.correct, expected.correct) << "smoothing " << smoothing;
+    EXPECT_TRUE(all_close(download(*p.gpu, gd.floats(), z.size()), d, 1e-6)) << "smoothing " << smoothing;
+  }
+  EXPECT_THROW(p.gpu->accumulate_softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, nullptr, 0.0f, 1.0f),
+               Error);
 }
 
 TEST(CudaBackend, SoftmaxCrossEntropyAccumulatesLikeCpuAndRejectsBadLabels) {
@@ -168,8 +483,8 @@ TEST(CudaBackend, SoftmaxCrossEntropyAccumulatesLikeCpuAndRejectsBadLabels) {
       p.cpu->softmax_cross_entropy(z.data(), labels.data(), rows, classes, d.data(), 0.125f);
   DeviceBuffer gz = upload(*p.gpu, z), gl = upload(*p.gpu, labels), gd = p.gpu->allocate_floats(z.size());
   poison(*p.gpu, gd.floats(), z.size());
-  p.gpu->accumulate_softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, gd.floats(), 0.125f);
-  p.gpu->accumulate_softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, nullptr, 0.0f);  // twice
+  p.gpu->accumulate_softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, gd.floats(), 0.125f, 0.0f);
+  p.gpu->accumulate_softmax_cross_entropy(gz.floats(), gl.ints(), rows, classes, nullptr, 0.0f, 0.0f);  // twice
   const backend::LossSums got = p.gpu->take_loss_sums();
   EXPECT_NEAR(got.loss, 2 * expected.loss, 1e-9 * expected.loss);
   EXPECT_EQ(got.correct, 2 * expected.correct);
@@ -178,7 +493,7 @@ TEST(CudaBackend, SoftmaxCrossEntropyAccumulatesLikeCpuAndRejectsBadLabels) {
 
   labels[7] = classes;  // out of range
   DeviceBuffer bad = upload(*p.gpu, labels);
-  p.gpu->accumulate_softmax_cross_entropy(gz.floats(), bad.ints(), rows, classes, nullptr, 0.0f);
+  p.gpu->accumulate_softmax_cross_entropy(gz.floats(), bad.ints(), rows, classes, nullptr, 0.0f, 0.0f);
   EXPECT_THROW(p.gpu->take_loss_sums(), Error);
 }
 

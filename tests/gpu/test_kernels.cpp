@@ -5,9 +5,12 @@
 // untouched, so an element left unwritten or written out of bounds fails.
 //
 // Exact where both sides do the same float operations in the same order (ReLU, bias add and
-// gradient, scale, bf16); within a few ulp where nvcc fuses a * b + c into an FMA (axpby,
-// optimizers); softmax cross-entropy within 1e-9 (loss, a sum in another order, and GPU exp/log)
-// and 1e-6 (dlogits). Memory and the stream come from the CUDA backend: no CUDA headers here.
+// gradient, scale, bf16, dropout masks); within a few ulp where nvcc fuses a * b + c into an FMA
+// (axpby, optimizers) or the device's erff/expf/tanhf differ from glibc's (GELU, tanh, sigmoid);
+// softmax cross-entropy (with and without label smoothing) within 1e-9 (loss, a sum in another
+// order, and GPU exp/log) and 1e-6 (dlogits). The pooling kernels, which have no CPU reference,
+// against plain loops here. Memory and the stream come from the CUDA backend: no CUDA headers
+// here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -303,44 +306,47 @@ TEST_F(Kernels, SoftmaxCrossEntropy) {
   };
   const Case cases[] = {{1, 1, 1.0f},     {3, 10, 1.0f},     {128, 10, 3.0f}, {1000, 37, 2.0f},
                         {4097, 10, 1.0f}, {300, 1000, 1.0f}, {64, 10, 1e4f}};
-  for (const Case& c : cases) {
-    const XentData data = xent_data(c.rows, c.classes, c.sigma, 11);
-    const std::size_t n = data.logits.size();
-    const float grad_scale = 1.0f / static_cast<float>(c.rows);
-    std::vector<float> want_d(n);
-    const ref::XentSums want = ref::softmax_cross_entropy(data.logits.data(), data.labels.data(), c.rows, c.classes,
-                                                          want_d.data(), grad_scale);
-    const std::string what = "softmax_cross_entropy " + std::to_string(c.rows) + " x " + std::to_string(c.classes);
+  // Without and with label smoothing (target (1 - s) onehot + s / classes).
+  for (const float smoothing : {0.0f, 0.1f, 0.45f})
+    for (const Case& c : cases) {
+      const XentData data = xent_data(c.rows, c.classes, c.sigma, 11);
+      const std::size_t n = data.logits.size();
+      const float grad_scale = 1.0f / static_cast<float>(c.rows);
+      std::vector<float> want_d(n);
+      const ref::XentSums want = ref::softmax_cross_entropy(data.logits.data(), data.labels.data(), c.rows, c.classes,
+                                                            want_d.data(), grad_scale, smoothing);
+      const std::string what = "softmax_cross_entropy " + std::to_string(c.rows) + " x " + std::to_string(c.classes) +
+                               " smoothing " + std::to_string(smoothing);
 
-    const Array logits = upload(data.logits), d = poisoned(n);
-    const DeviceBuffer labels = upload_raw(data.labels);
-    const DeviceBuffer scratch = upload_raw(std::vector<double>(static_cast<std::size_t>(c.rows), std::nan("")));
-    auto run = [&](const std::vector<double>& start, float* dlogits) {
-      const DeviceBuffer sums = upload_raw(start);
-      softmax_cross_entropy(logits.data(), labels.ints(), c.rows, c.classes, dlogits, grad_scale, doubles(scratch),
-                            doubles(sums), stream());
-      return download_raw<double>(sums, 3);
-    };
+      const Array logits = upload(data.logits), d = poisoned(n);
+      const DeviceBuffer labels = upload_raw(data.labels);
+      const DeviceBuffer scratch = upload_raw(std::vector<double>(static_cast<std::size_t>(c.rows), std::nan("")));
+      auto run = [&](const std::vector<double>& start, float* dlogits) {
+        const DeviceBuffer sums = upload_raw(start);
+        softmax_cross_entropy(logits.data(), labels.ints(), c.rows, c.classes, dlogits, grad_scale, smoothing,
+                              doubles(scratch), doubles(sums), stream());
+        return download_raw<double>(sums, 3);
+      };
 
-    // Into sums that already hold something: the kernel adds to them.
-    const std::vector<double> got = run({1.5, 2.0, 0.0}, d.data());
-    EXPECT_NEAR(got[0], 1.5 + want.loss, 1e-9 * std::max(1.0, std::fabs(want.loss))) << what;
-    EXPECT_EQ(got[1], 2.0 + static_cast<double>(want.correct)) << what;
-    EXPECT_EQ(got[2], 0.0) << what << ": no bad labels";
-    // dlogits: relative, plus a floor for the label's p - 1 when p ~ 1 (cancellation).
-    EXPECT_TRUE(compare(
-        download(d), want_d,
-        [grad_scale](float a, float b) {
-          return std::fabs(double(a) - double(b)) <= 1e-6 * std::fabs(double(b)) + 1e-9 * grad_scale;
-        },
-        what + " dlogits"));
+      // Into sums that already hold something: the kernel adds to them.
+      const std::vector<double> got = run({1.5, 2.0, 0.0}, d.data());
+      EXPECT_NEAR(got[0], 1.5 + want.loss, 1e-9 * std::max(1.0, std::fabs(want.loss))) << what;
+      EXPECT_EQ(got[1], 2.0 + static_cast<double>(want.correct)) << what;
+      EXPECT_EQ(got[2], 0.0) << what << ": no bad labels";
+      // dlogits: relative, plus a floor for the label's p - 1 when p ~ 1 (cancellation).
+      EXPECT_TRUE(compare(
+          download(d), want_d,
+          [grad_scale](float a, float b) {
+            return std::fabs(double(a) - double(b)) <= 1e-6 * std::fabs(double(b)) + 1e-9 * grad_scale;
+          },
+          what + " dlogits"));
 
-    // From zero, with and without dlogits: the same loss bit for bit (a fixed summation order).
-    const std::vector<double> first = run({0.0, 0.0, 0.0}, nullptr), second = run({0.0, 0.0, 0.0}, d.data());
-    EXPECT_NEAR(first[0], want.loss, 1e-9 * std::max(1.0, std::fabs(want.loss))) << what;
-    EXPECT_EQ(show(first[0]), show(second[0])) << what << ": the loss differs between two runs";
-    EXPECT_EQ(first[1], static_cast<double>(want.correct)) << what;
-  }
+      // From zero, with and without dlogits: the same loss bit for bit (a fixed summation order).
+      const std::vector<double> first = run({0.0, 0.0, 0.0}, nullptr), second = run({0.0, 0.0, 0.0}, d.data());
+      EXPECT_NEAR(first[0], want.loss, 1e-9 * std::max(1.0, std::fabs(want.loss))) << what;
+      EXPECT_EQ(show(first[0]), show(second[0])) << what << ": the loss differs between two runs";
+      EXPECT_EQ(first[1], static_cast<double>(want.correct)) << what;
+    }
 }
 
 TEST_F(Kernels, SoftmaxCrossEntropyBadLabels) {
@@ -353,7 +359,7 @@ TEST_F(Kernels, SoftmaxCrossEntropyBadLabels) {
   const DeviceBuffer labels = upload_raw(data.labels);
   const DeviceBuffer scratch = upload_raw(std::vector<double>(100, 0.0));
   const DeviceBuffer sums = upload_raw(std::vector<double>(3, 0.0));
-  softmax_cross_entropy(logits.data(), labels.ints(), 100, 10, d.data(), 0.01f, doubles(scratch), doubles(sums),
+  softmax_cross_entropy(logits.data(), labels.ints(), 100, 10, d.data(), 0.01f, 0.0f, doubles(scratch), doubles(sums),
                         stream());
   const std::vector<double> got = download_raw<double>(sums, 3);
   EXPECT_EQ(got[2], 3.0);
@@ -375,6 +381,215 @@ TEST_F(Kernels, SoftmaxCrossEntropyBadLabels) {
       EXPECT_NEAR(row_d[j], want_d[j], 1e-6 * std::fabs(want_d[j]) + 1e-11) << "row " << r << " class " << j;
   }
   EXPECT_EQ(got[1], static_cast<double>(correct));
+}
+
+// ---- activations: GELU, tanh, sigmoid and their gradients against the references. The device's
+// erff / expf / tanhf may differ from glibc's by an ulp or two, so within 1e-6 (relative, or
+// absolute below 1).
+
+struct ActivationCase {
+  const char* name;
+  void (*forward)(const float*, float*, std::size_t, Stream);
+  void (*ref_forward)(const float*, float*, std::size_t);
+  void (*backward)(const float*, const float*, float*, std::size_t, Stream);
+  void (*ref_backward)(const float*, const float*, float*, std::size_t);
+  bool backward_reads_output;  // tanh, sigmoid: from y; GELU: from x
+};
+const ActivationCase kActivations[] = {
+    {"gelu", gelu_forward, ref::gelu_forward, gelu_backward, ref::gelu_backward, false},
+    {"tanh", tanh_forward, ref::tanh_forward, tanh_backward, ref::tanh_backward, true},
+    {"sigmoid", sigmoid_forward, ref::sigmoid_forward, sigmoid_backward, ref::sigmoid_backward, true},
+};
+
+TEST_F(Kernels, ActivationForward) {
+  for (const ActivationCase& a : kActivations) {
+    for (std::size_t n : kSizes) {
+      const std::vector<float> x = normal_floats(n, 70, 3.0f);  // into the tails
+      std::vector<float> want(n);
+      a.ref_forward(x.data(), want.data(), n);
+      for (std::size_t offset : {0, 1}) {
+        for (std::size_t y_offset : {std::size_t{0}, std::size_t{1}}) {
+          const Array dx = upload(x, offset), y = poisoned(n, y_offset);
+          a.forward(dx.data(), y.data(), n, stream());
+          EXPECT_TRUE(
+              near(download(y), want, 1e-6, label(a.name, n, offset) + " y offset " + std::to_string(y_offset)));
+          EXPECT_TRUE(same_bits(download(dx), x, label(a.name, n, offset) + ": x unchanged"));
+        }
+        const Array xy = upload(x, offset);  // in place
+        a.forward(xy.data(), xy.data(), n, stream());
+        EXPECT_TRUE(near(download(xy), want, 1e-6, label(a.name, n, offset) + " in place"));
+      }
+    }
+  }
+}
+
+TEST_F(Kernels, ActivationBackward) {
+  for (const ActivationCase& a : kActivations) {
+    for (std::size_t n : kSizes) {
+      // The gradient's input: x for GELU, the forward's output (the reference's) for tanh/sigmoid.
+      std::vector<float> in = normal_floats(n, 71, 3.0f);
+      if (a.backward_reads_output) a.ref_forward(in.data(), in.data(), n);
+      const std::vector<float> dy = normal_floats(n, 72);
+      std::vector<float> want(n);
+      a.ref_backward(in.data(), dy.data(), want.data(), n);
+      const std::string what = std::string(a.name) + "_backward";
+      for (std::size_t offset : {0, 1}) {
+        const Array dev_in = upload(in, offset), dev_dy = upload(dy, offset), dx = poisoned(n, offset);
+        a.backward(dev_in.data(), dev_dy.data(), dx.data(), n, stream());
+        EXPECT_TRUE(near(download(dx), want, 1e-6, label(what.c_str(), n, offset)));
+        a.backward(dev_in.data(), dev_dy.data(), dev_dy.data(), n, stream());  // dx == dy
+        EXPECT_TRUE(near(download(dev_dy), want, 1e-6, label(what.c_str(), n, offset) + " in place"));
+      }
+    }
+  }
+}
+
+// ---- dropout: the mask is a pure function of (key, global sample, element), so the GPU's
+// equals the reference's bit for bit, also when the rows are drawn in two parts.
+
+template <typename T>
+std::vector<T> concat(std::vector<T> a, const std::vector<T>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(Kernels, Dropout) {
+  struct Case {
+    int rows;
+    std::size_t per_sample;
+    float p;
+    std::int64_t first_sample;
+  };
+  const Case cases[] = {{1, 1, 0.5f, 0},     {3, 7, 0.1f, 5},      {37, 1000, 0.5f, 1000},
+                        {257, 33, 0.9f, 17}, {64, 4097, 0.25f, 3}, {5, 100, 0.0f, 0}};
+  const std::uint64_t key = dropout_key(1234, 56, 7);
+  for (const Case& c : cases) {
+    const std::size_t n = static_cast<std::size_t>(c.rows) * c.per_sample;
+    const std::string what = "dropout " + std::to_string(c.rows) + " x " + std::to_string(c.per_sample) + " p " +
+                             std::to_string(c.p) + " from sample " + std::to_string(c.first_sample);
+    const std::vector<float> x = normal_floats(n, 80), dy = normal_floats(n, 81);
+    std::vector<float> want_y(n), want_dx(n);
+    std::vector<std::uint8_t> want_mask(n, 0xab);
+    ref::dropout_forward(key, c.first_sample, c.rows, c.per_sample, c.p, x.data(), want_y.data(), want_mask.data());
+    ref::dropout_backward(c.rows, c.per_sample, c.p, dy.data(), want_mask.data(), want_dx.data());
+
+    const Array dx_in = upload(x), y = poisoned(n);
+    const DeviceBuffer mask = upload_raw(std::vector<std::uint8_t>(n, 0xab));
+    auto* mask_ptr = reinterpret_cast<std::uint8_t*>(mask.floats());
+    dropout_forward(key, c.first_sample, c.rows, c.per_sample, c.p, dx_in.data(), y.data(), mask_ptr, stream());
+    const std::vector<std::uint8_t> got_mask = download_raw<std::uint8_t>(mask, n);
+    EXPECT_EQ(got_mask, want_mask) << what << ": mask";
+    EXPECT_TRUE(near(download(y), want_y, 1e-6, what + " y"));
+    if (c.p == 0.0f) {
+      EXPECT_EQ(got_mask, std::vector<std::uint8_t>(n, 1)) << what << ": p = 0 keeps everything";
+    }
+
+    // The same rows drawn as two parts (another tower's split): the same mask.
+    if (c.rows > 1) {
+      const int first_rows = c.rows / 2;
+      const std::size_t split = static_cast<std::size_t>(first_rows) * c.per_sample;
+      const Array y2 = poisoned(n);
+      const DeviceBuffer mask2 = upload_raw(std::vector<std::uint8_t>(n, 0xab));
+      auto* mask2_ptr = reinterpret_cast<std::uint8_t*>(mask2.floats());
+      dropout_forward(key, c.first_sample, first_rows, c.per_sample, c.p, dx_in.data(), y2.data(), mask2_ptr, stream());
+      dropout_forward(key, c.first_sample + first_rows, c.rows - first_rows, c.per_sample, c.p, dx_in.data() + split,
+                      y2.data() + split, mask2_ptr + split, stream());
+      EXPECT_EQ(download_raw<std::uint8_t>(mask2, n), want_mask) << what << ": mask drawn in two parts";
+    }
+
+    // In place.
+    const Array xy = upload(x);
+    dropout_forward(key, c.first_sample, c.rows, c.per_sample, c.p, xy.data(), xy.data(), mask_ptr, stream());
+    EXPECT_TRUE(near(download(xy), want_y, 1e-6, what + " in place"));
+
+    // Backward, from the reference's mask, and in place.
+    const Array ddy = upload(dy), dx = poisoned(n);
+    const DeviceBuffer ref_mask = upload_raw(want_mask);
+    const auto* ref_mask_ptr = reinterpret_cast<const std::uint8_t*>(ref_mask.floats());
+    dropout_backward(c.rows, c.per_sample, c.p, ddy.data(), ref_mask_ptr, dx.data(), stream());
+    EXPECT_TRUE(near(download(dx), want_dx, 1e-6, what + " dx"));
+    dropout_backward(c.rows, c.per_sample, c.p, ddy.data(), ref_mask_ptr, ddy.data(), stream());
+    EXPECT_TRUE(near(download(ddy), want_dx, 1e-6, what + " dx in place"));
+  }
+}
+
+// ---- pooling kernels against plain loops written here (reference.hpp has none: the CPU backend
+// pools itself): the backward of average pooling as a scatter (each window spreading its dy,
+// the opposite direction of the kernel's gather), global average pooling as a sum per plane.
+
+std::vector<float> avgpool_backward_scatter(const PoolGeometry& g, const std::vector<float>& dy) {
+  const int oh = g.out_height(), ow = g.out_width();
+  std::vector<double> dx(g.planes * static_cast<std::size_t>(g.height) * g.width, 0.0);
+  for (std::size_t p = 0; p < g.planes; ++p)
+    for (int i = 0; i < oh; ++i)
+      for (int j = 0; j < ow; ++j) {
+        const double share = dy[(p * oh + i) * ow + j] / double(g.window * g.window);
+        for (int a = 0; a < g.window; ++a)
+          for (int b = 0; b < g.window; ++b) {
+            const int h = i * g.stride - g.pad + a, w = j * g.stride - g.pad + b;
+            if (h >= 0 && h < g.height && w >= 0 && w < g.width) dx[(p * g.height + h) * g.width + w] += share;
+          }
+      }
+  return std::vector<float>(dx.begin(), dx.end());
+}
+
+TEST_F(Kernels, AvgPoolBackward) {
+  struct Case {
+    std::size_t planes;
+    int height, width, window, stride, pad;
+  };
+  // Overlapping windows, padding, strides that leave trailing rows uncovered, 1x1.
+  const Case cases[] = {{6, 8, 8, 2, 2, 0},  {5, 9, 11, 3, 2, 1}, {3, 7, 7, 3, 1, 1},
+                        {4, 10, 9, 4, 3, 2}, {2, 1, 1, 1, 1, 0},  {64, 32, 32, 3, 2, 1}};
+  for (const Case& c : cases) {
+    PoolGeometry g;
+    g.planes = c.planes;
+    g.height = c.height;
+    g.width = c.width;
+    g.window = c.window;
+    g.stride = c.stride;
+    g.pad = c.pad;
+    const std::size_t ny = c.planes * static_cast<std::size_t>(g.out_height()) * g.out_width();
+    const std::size_t nx = c.planes * static_cast<std::size_t>(c.height) * c.width;
+    const std::vector<float> dy = normal_floats(ny, 90);
+    const std::vector<float> want = avgpool_backward_scatter(g, dy);
+    const Array ddy = upload(dy), dx = poisoned(nx);
+    avgpool2d_backward(g, ddy.data(), dx.data(), stream());
+    EXPECT_TRUE(near(download(dx), want, 1e-6,
+                     "avgpool2d_backward " + std::to_string(c.height) + "x" + std::to_string(c.width) + " window " +
+                         std::to_string(c.window) + " stride " + std::to_string(c.stride) + " pad " +
+                         std::to_string(c.pad)));
+  }
+}
+
+TEST_F(Kernels, GlobalAvgPool) {
+  struct Case {
+    std::size_t planes, plane_size;
+  };
+  const Case cases[] = {{1, 1}, {10, 63}, {7, 32}, {3, 33}, {256, 49}, {4, 3136}, {100000, 4}};
+  for (const Case& c : cases) {
+    const std::size_t n = c.planes * c.plane_size;
+    const std::vector<float> x = normal_floats(n, 91), dy = normal_floats(c.planes, 92);
+    std::vector<float> want_y(c.planes), want_dx(n);
+    for (std::size_t p = 0; p < c.planes; ++p) {
+      double sum = 0.0;
+      for (std::size_t i = 0; i < c.plane_size; ++i) sum += x[p * c.plane_size + i];
+      want_y[p] = static_cast<float>(sum / static_cast<double>(c.plane_size));
+      for (std::size_t i = 0; i < c.plane_size; ++i)
+        want_dx[p * c.plane_size + i] = static_cast<float>(dy[p] / static_cast<double>(c.plane_size));
+    }
+    const std::string what = "global_avgpool " + std::to_string(c.planes) + " x " + std::to_string(c.plane_size);
+    const Array dx_in = upload(x), y = poisoned(c.planes, 1);
+    global_avgpool_forward(dx_in.data(), y.data(), c.planes, c.plane_size, stream());
+    const std::vector<float> got_y = download(y);
+    EXPECT_TRUE(near(got_y, want_y, 1e-6, what));
+    const Array y_again = poisoned(c.planes);
+    global_avgpool_forward(dx_in.data(), y_again.data(), c.planes, c.plane_size, stream());
+    EXPECT_TRUE(same_bits(download(y_again), got_y, what + ": two runs"));
+    const Array ddy = upload(dy), dx = poisoned(n, 1);
+    global_avgpool_backward(ddy.data(), dx.data(), c.planes, c.plane_size, stream());
+    EXPECT_TRUE(near(download(dx), want_dx, 1e-6, what + " backward"));
+  }
 }
 
 // ---- optimizers: each step from the same inputs on both sides (the GPU's state after the
@@ -529,8 +744,19 @@ TEST_F(Kernels, EmptyIsNoOp) {
   adam_update(AdamCoefficients{}, nullptr, nullptr, 1.0f, nullptr, nullptr, 0, stream());
   float_to_bf16(nullptr, nullptr, 0, stream());
   bf16_to_float(nullptr, nullptr, 0, stream());
+  for (const ActivationCase& a : kActivations) {
+    a.forward(nullptr, nullptr, 0, stream());
+    a.backward(nullptr, nullptr, nullptr, 0, stream());
+  }
+  dropout_forward(1, 0, 0, 10, 0.5f, nullptr, nullptr, nullptr, stream());
+  dropout_forward(1, 0, 10, 0, 0.5f, nullptr, nullptr, nullptr, stream());
+  dropout_backward(0, 10, 0.5f, nullptr, nullptr, nullptr, stream());
+  avgpool2d_backward(PoolGeometry{}, nullptr, nullptr, stream());
+  global_avgpool_forward(nullptr, nullptr, 0, 10, stream());
+  global_avgpool_forward(nullptr, nullptr, 10, 0, stream());
+  global_avgpool_backward(nullptr, nullptr, 0, 10, stream());
   const DeviceBuffer sums = upload_raw(std::vector<double>{1.0, 2.0, 3.0});
-  softmax_cross_entropy(nullptr, nullptr, 0, 10, nullptr, 1.0f, nullptr, doubles(sums), stream());
+  softmax_cross_entropy(nullptr, nullptr, 0, 10, nullptr, 1.0f, 0.1f, nullptr, doubles(sums), stream());
   EXPECT_EQ(download_raw<double>(sums, 3), (std::vector<double>{1.0, 2.0, 3.0}));
   gpu().synchronize();
 }

@@ -25,13 +25,53 @@ void axpby(float a, const float* x, float b, float* y, std::size_t n, Stream str
 // x *= a.
 void scale(float a, float* x, std::size_t n, Stream stream);
 
-// Softmax cross-entropy of logits [rows x classes] against labels. Adds the batch's summed loss
-// to sums[0], its number of correct predictions to sums[1], and the number of labels outside
-// [0, classes) to sums[2] (device doubles; the rows are summed in a fixed order, so results are
-// deterministic). `row_scratch` holds `rows` doubles. dlogits, when not null, receives
-// (softmax - onehot) * grad_scale.
+// Elementwise activations (rules.hpp: gelu, tanh, sigmoid and their gradients); in place
+// allowed. Backward: GELU reads the forward's input x, tanh and sigmoid its output y.
+void gelu_forward(const float* x, float* y, std::size_t n, Stream stream);
+void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n, Stream stream);
+void tanh_forward(const float* x, float* y, std::size_t n, Stream stream);
+void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream);
+void sigmoid_forward(const float* x, float* y, std::size_t n, Stream stream);
+void sigmoid_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream);
+
+// Inverted dropout (backend::DropoutShape's contract): rows x per_sample values, row r being
+// global sample first_sample + r; mask[i] = 1 when dropout_keep(key, first_sample + r, e, p) for
+// element e of its row, else 0; y = x * mask / (1 - p). Backward: dx = dy * mask / (1 - p).
+// In place allowed. p in [0, 1).
+void dropout_forward(std::uint64_t key, std::int64_t first_sample, int rows, std::size_t per_sample, float p,
+                     const float* x, float* y, std::uint8_t* mask, Stream stream);
+void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy, const std::uint8_t* mask, float* dx,
+                      Stream stream);
+
+// Pooling of `planes` (N x C) planes of height x width values, square windows `window` with
+// `stride` and zero padding `pad` on every side; output sizes (height + 2 pad - window) / stride
+// + 1, rounded down (backend::Pool2dShape).
+struct PoolGeometry {
+  std::size_t planes = 0;
+  int height = 0, width = 0, window = 2, stride = 2, pad = 0;
+  int out_height() const { return (height + 2 * pad - window) / stride + 1; }
+  int out_width() const { return (width + 2 * pad - window) / stride + 1; }
+};
+// Backward of average pooling counting padded cells (divisor window * window): each input
+// value's dx is the sum over the windows that contain it of dy / (window * window), gathered by
+// one thread per input value (deterministic, no atomics); overwrites dx, zero where no window
+// reaches.
+void avgpool2d_backward(const PoolGeometry& g, const float* dy, float* dx, Stream stream);
+
+// Global average pooling: y[p] = (x[p][0] + ... + x[p][plane_size - 1]) / plane_size, one warp
+// per plane summing in a fixed order (deterministic). Backward: dx[p][i] = dy[p] / plane_size
+// (overwrites dx).
+void global_avgpool_forward(const float* x, float* y, std::size_t planes, std::size_t plane_size, Stream stream);
+void global_avgpool_backward(const float* dy, float* dx, std::size_t planes, std::size_t plane_size, Stream stream);
+
+// Softmax cross-entropy of logits [rows x classes] against labels, with label smoothing s in
+// [0, 1) (rules.hpp softmax_xent_row: target (1 - s) onehot + s / classes). Adds the batch's
+// summed loss to sums[0], its number of correct predictions to sums[1], and the number of labels
+// outside [0, classes) to sums[2] (device doubles; the rows are summed in a fixed order, so
+// results are deterministic). `row_scratch` holds `rows` doubles. dlogits, when not null,
+// receives (softmax - target) * grad_scale.
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
-                           float grad_scale, double* row_scratch, double* sums, Stream stream);
+                           float grad_scale, float label_smoothing, double* row_scratch, double* sums, Stream stream);
 
 // Optimizer updates over n parameters (rules.hpp); buffers as in drt::optim.
 void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,

@@ -1,7 +1,9 @@
-// The CUDA backend: one GPU tower's device. GEMMs go to cuBLAS, convolution and pooling to
-// cuDNN's legacy (v7-style) API, everything else to drtrain's kernels (kernels/). All work is
-// queued on the backend's own stream; the calls return before the GPU has finished, except
-// copy_to_host, take_loss_sums and synchronize, which wait for the stream.
+// The CUDA backend: one GPU tower's device. GEMMs go to cuBLAS; convolution, max and average
+// pooling and batch normalisation to cuDNN's legacy (v7-style) API; everything else (the
+// activations, dropout, global average pooling, the backward of average pooling, the loss) to
+// drtrain's kernels (kernels/). All work is queued on the backend's own stream; the calls
+// return before the GPU has finished, except copy_to_host, take_loss_sums and synchronize,
+// which wait for the stream.
 //
 // cuDNN choices (docs/ARCHITECTURE.md, "GPU path"): the legacy convolution API
 // (cudnnConvolutionForward/BackwardData/BackwardFilter) fits our fixed NCHW float32 layers with
@@ -10,7 +12,17 @@
 // shape, batch size included, so an epoch's last partial batch pays one more search) rather than
 // by heuristics, keeping the fastest whose workspace fits kMaxWorkspace; with
 // --deterministic only algorithms cuDNN reports as deterministic qualify. Math: FMA only (exact
-// float32, comparable with the CPU) unless TF32 is allowed (--cuda-tf32).
+// float32, comparable with the CPU) unless TF32 is allowed (--cuda-tf32). Grouped (and
+// depthwise) convolutions are one cuDNN call with cudnnSetConvolutionGroupCount.
+//
+// Batch normalisation: CUDNN_BATCHNORM_SPATIAL over x seen as N x C x (H*W) x 1. cuDNN updates
+// the running statistics in place (resultRunningMean/Variance: new = (1 - factor) * old +
+// factor * batch statistic, with the unbiased variance for the running one), while
+// Backend::batchnorm_forward_train reads running_* and writes new_*: the running statistics are
+// copied into new_* first and cuDNN updates those, with exponentialAverageFactor = momentum.
+// resultSaveMean/InvVariance are the batch mean and 1 / sqrt(biased variance + eps) that the
+// contract calls save_mean and save_inv_std, and cudnnBatchNormalizationBackward takes them
+// back.
 #include "drtrain/backend/cuda_backend.hpp"
 
 #include <cuda_runtime.h>
@@ -20,7 +32,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "drtrain/core/error.hpp"
@@ -67,7 +79,8 @@ Perf pick_algorithm(const std::vector<Perf>& results, int returned, bool determi
     return p;
   }
   throw Error(str(rank_tag(), ": cuDNN has no usable ", what, " algorithm for a convolution of ", s.batch, "x",
-                  s.in_channels, "x", s.height, "x", s.width, " by ", s.out_channels, "x", s.kernel, "x", s.kernel,
+                  s.in_channels, "x", s.height, "x", s.width, " by ", s.out_channels, "x", s.in_per_group(), "x",
+                  s.kernel, "x", s.kernel, " (stride ", s.stride, ", pad ", s.pad, ", groups ", s.groups, ")",
                   deterministic ? " among its deterministic ones (drop --deterministic)" : ""));
 }
 
@@ -86,6 +99,25 @@ struct PoolPlan {
   TensorDesc x, y;
   PoolDesc pool;
 };
+
+// Batch normalisation of one shape: x (and y, dx, dy) as N x C x spatial x 1, and the derived
+// 1 x C x 1 x 1 descriptor of gamma, beta and the statistics.
+struct BatchNormPlan {
+  TensorDesc x, stats;
+};
+
+constexpr cudnnBatchNormMode_t kBatchNormMode = CUDNN_BATCHNORM_SPATIAL;
+
+kernels::PoolGeometry pool_geometry(const Pool2dShape& s) {
+  kernels::PoolGeometry g;
+  g.planes = static_cast<std::size_t>(s.batch) * static_cast<std::size_t>(s.channels);
+  g.height = s.height;
+  g.width = s.width;
+  g.window = s.window;
+  g.stride = s.stride;
+  g.pad = s.pad;
+  return g;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -111,7 +143,9 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     conv_plans_.clear();
     pool_plans_.clear();
+    bn_plans_.clear();
     if (workspace_) cudaFree(workspace_);
+    if (bn_dx_scratch_) cudaFree(bn_dx_scratch_);
     if (row_scratch_) cudaFree(row_scratch_);
     cudaFree(loss_sums_);
     cudaFreeHost(loss_host_);
@@ -216,6 +250,27 @@ class CudaBackend final : public Backend {
     kernels::axpby(a, x, b, y, n, stream_);
   }
 
+  void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
+    cuda::use_device(device_);
+    switch (f) {
+      case Activation::kGelu: kernels::gelu_forward(x, y, n, stream_); return;
+      case Activation::kTanh: kernels::tanh_forward(x, y, n, stream_); return;
+      case Activation::kSigmoid: kernels::sigmoid_forward(x, y, n, stream_); return;
+    }
+    throw Error(str(rank_tag(), ": unknown activation ", static_cast<int>(f)));
+  }
+  // GELU's gradient reads x, tanh's and sigmoid's read y (the other may be null).
+  void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                           std::size_t n) override {
+    cuda::use_device(device_);
+    switch (f) {
+      case Activation::kGelu: kernels::gelu_backward(x, dy, dx, n, stream_); return;
+      case Activation::kTanh: kernels::tanh_backward(y, dy, dx, n, stream_); return;
+      case Activation::kSigmoid: kernels::sigmoid_backward(y, dy, dx, n, stream_); return;
+    }
+    throw Error(str(rank_tag(), ": unknown activation ", static_cast<int>(f)));
+  }
+
   std::size_t conv2d_workspace_floats(const Conv2dShape&) const override { return 0; }  // the backend's own
 
   void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
@@ -225,7 +280,7 @@ class CudaBackend final : public Backend {
     const float one = 1.0f, zero = 0.0f;
     DRT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, p.x.get(), x, p.w.get(), w, p.conv.get(), p.forward,
                                             workspace_, workspace_bytes_, &zero, p.y.get(), y));
-    DRT_CUDNN_CHECK(cudnnAddTensor(cudnn_, &one, p.bias.get(), bias, &one, p.y.get(), y));
+    if (bias) DRT_CUDNN_CHECK(cudnnAddTensor(cudnn_, &one, p.bias.get(), bias, &one, p.y.get(), y));
   }
 
   void conv2d_backward(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dw, float* dbias,
@@ -233,7 +288,7 @@ class CudaBackend final : public Backend {
     cuda::use_device(device_);
     const ConvPlan& p = conv_plan(s);
     const float one = 1.0f, zero = 0.0f;
-    DRT_CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.y.get(), dy, &zero, p.bias.get(), dbias));
+    if (dbias) DRT_CUDNN_CHECK(cudnnConvolutionBackwardBias(cudnn_, &one, p.y.get(), dy, &zero, p.bias.get(), dbias));
     DRT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x.get(), x, p.y.get(), dy, p.conv.get(),
                                                    p.backward_filter, workspace_, workspace_bytes_, &zero, p.w.get(),
                                                    dw));
@@ -247,21 +302,137 @@ class CudaBackend final : public Backend {
   // argmax buffer the CPU backend fills is not used here.
   void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t*) override {
     cuda::use_device(device_);
-    const PoolPlan& p = pool_plan(s);
+    const PoolPlan& p = pool_plan(s, PoolKind::kMax);
     const float one = 1.0f, zero = 0.0f;
     DRT_CUDNN_CHECK(cudnnPoolingForward(cudnn_, p.pool.get(), &one, p.x.get(), x, &zero, p.y.get(), y));
   }
   void maxpool2d_backward(const Pool2dShape& s, const float* x, const float* y, const float* dy, const std::int32_t*,
                           float* dx) override {
     cuda::use_device(device_);
-    const PoolPlan& p = pool_plan(s);
+    const PoolPlan& p = pool_plan(s, PoolKind::kMax);
     const float one = 1.0f, zero = 0.0f;
     DRT_CUDNN_CHECK(cudnnPoolingBackward(cudnn_, p.pool.get(), &one, p.y.get(), y, p.y.get(), dy, p.x.get(), x, &zero,
                                          p.x.get(), dx));
   }
 
+  // Average pooling counting the padded cells (CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING: the
+  // divisor is window * window everywhere). The backward is drtrain's gather kernel
+  // (kernels/pooling.cu): cudnnPoolingBackward would want the forward's x and y, which the
+  // contract does not pass.
+  void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) override {
+    cuda::use_device(device_);
+    const PoolPlan& p = pool_plan(s, PoolKind::kAverage);
+    const float one = 1.0f, zero = 0.0f;
+    DRT_CUDNN_CHECK(cudnnPoolingForward(cudnn_, p.pool.get(), &one, p.x.get(), x, &zero, p.y.get(), y));
+  }
+  void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) override {
+    cuda::use_device(device_);
+    check_pool_shape(s);
+    kernels::avgpool2d_backward(pool_geometry(s), dy, dx, stream_);
+  }
+  void global_avgpool_forward(const float* x, float* y, std::size_t planes, std::size_t plane_size) override {
+    cuda::use_device(device_);
+    kernels::global_avgpool_forward(x, y, planes, plane_size, stream_);
+  }
+  void global_avgpool_backward(const float* dy, float* dx, std::size_t planes, std::size_t plane_size) override {
+    cuda::use_device(device_);
+    kernels::global_avgpool_backward(dy, dx, planes, plane_size, stream_);
+  }
+
+  void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                               float eps, float* y, float* save_mean, float* save_inv_std, float momentum,
+                               const float* running_mean, const float* running_var, float* new_mean,
+                               float* new_var) override {
+    cuda::use_device(device_);
+    check_batchnorm_eps(eps);
+    const bool running = new_mean != nullptr;
+    if (running) {
+      DRT_ASSERT(new_var != nullptr && running_mean != nullptr && running_var != nullptr,
+                 "batchnorm_forward_train: new_mean without new_var, running_mean or running_var");
+      if (s.count() <= 1)
+        throw Error(str(rank_tag(), ": batch normalisation of ", s.batch, " x ", s.spatial,
+                        " value(s) per channel in training mode: the running variance needs more than one value "
+                        "per channel (use a larger batch, or drop the last partial batch)"));
+    }
+    const BatchNormPlan& p = batchnorm_plan(s);
+    const std::size_t stats_bytes = static_cast<std::size_t>(s.channels) * sizeof(float);
+    if (running) {
+      // cuDNN updates its running statistics in place; the contract keeps running_* unchanged.
+      if (new_mean != running_mean)
+        DRT_CUDA_CHECK(cudaMemcpyAsync(new_mean, running_mean, stats_bytes, cudaMemcpyDeviceToDevice, stream_));
+      if (new_var != running_var)
+        DRT_CUDA_CHECK(cudaMemcpyAsync(new_var, running_var, stats_bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    const float one = 1.0f, zero = 0.0f;
+    DRT_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(cudnn_, kBatchNormMode, &one, &zero, p.x.get(), x, p.x.get(),
+                                                           y, p.stats.get(), gamma, beta, static_cast<double>(momentum),
+                                                           running ? new_mean : nullptr, running ? new_var : nullptr,
+                                                           static_cast<double>(eps), save_mean, save_inv_std));
+    // The backward has no eps argument; cuDNN's wants the forward's (it normalises with the saved
+    // 1 / sqrt(var + eps), but its contract asks for the same eps in both).
+    batchnorm_eps_[save_inv_std] = eps;
+  }
+
+  void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                               const float* running_mean, const float* running_var, float eps, float* y) override {
+    cuda::use_device(device_);
+    check_batchnorm_eps(eps);
+    const BatchNormPlan& p = batchnorm_plan(s);
+    const float one = 1.0f, zero = 0.0f;
+    DRT_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(cudnn_, kBatchNormMode, &one, &zero, p.x.get(), x,
+                                                            p.x.get(), y, p.stats.get(), gamma, beta, running_mean,
+                                                            running_var, static_cast<double>(eps)));
+  }
+
+  void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
+                          const float* save_mean, const float* save_inv_std, float* dx, float* dgamma,
+                          float* dbeta) override {
+    cuda::use_device(device_);
+    const BatchNormPlan& p = batchnorm_plan(s);
+    if (!dx) {
+      // cuDNN always writes dx: a scratch buffer (grown once, for the largest shape) takes it.
+      grow(bn_dx_scratch_, bn_dx_scratch_bytes_, static_cast<std::size_t>(s.channels) * s.count() * sizeof(float));
+      dx = static_cast<float*>(bn_dx_scratch_);
+    }
+    const auto eps_it = batchnorm_eps_.find(save_inv_std);
+    const double eps = eps_it != batchnorm_eps_.end() ? eps_it->second : kDefaultBatchNormEps;
+    const float one = 1.0f, zero = 0.0f;
+    // Data and parameter gradients overwritten (beta factors 0).
+    DRT_CUDNN_CHECK(cudnnBatchNormalizationBackward(cudnn_, kBatchNormMode, &one, &zero, &one, &zero, p.x.get(), x,
+                                                    p.x.get(), dy, p.x.get(), dx, p.stats.get(), gamma, dgamma, dbeta,
+                                                    eps, save_mean, save_inv_std));
+  }
+
+  void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) override {
+    cuda::use_device(device_);
+    check_dropout_p(s.p);
+    kernels::dropout_forward(s.key, s.first_sample, s.rows, s.per_sample, s.p, x, y, mask, stream_);
+  }
+  void dropout_backward(const DropoutShape& s, const float* dy, const std::uint8_t* mask, float* dx) override {
+    cuda::use_device(device_);
+    check_dropout_p(s.p);
+    kernels::dropout_backward(s.rows, s.per_sample, s.p, dy, mask, dx, stream_);
+  }
+
+  void copy_rows(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride, std::size_t row_floats,
+                 std::size_t rows) override {
+    if (rows == 0 || row_floats == 0) return;
+    cuda::use_device(device_);
+    const std::size_t width = row_floats * sizeof(float);
+    if (rows == 1 || (dst_stride == row_floats && src_stride == row_floats)) {
+      // One row (whose strides do not matter, and cudaMemcpy2D would reject one below the row),
+      // or rows back to back: one contiguous copy.
+      DRT_CUDA_CHECK(cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDeviceToDevice, stream_));
+      return;
+    }
+    DRT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float), width, rows,
+                                     cudaMemcpyDeviceToDevice, stream_));
+  }
+
   void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                        float* dlogits, float grad_scale) override {
+                                        float* dlogits, float grad_scale, float label_smoothing) override {
+    if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
+      throw Error(str(rank_tag(), ": label smoothing ", label_smoothing, " is outside [0, 1)"));
     if (rows == 0) return;
     cuda::use_device(device_);
     if (static_cast<std::size_t>(rows) > row_scratch_rows_) {
@@ -273,8 +444,8 @@ class CudaBackend final : public Backend {
       DRT_CUDA_CHECK(cudaMalloc(&row_scratch_, static_cast<std::size_t>(rows) * sizeof(double)));
       row_scratch_rows_ = static_cast<std::size_t>(rows);
     }
-    kernels::softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale, row_scratch_, loss_sums_,
-                                   stream_);
+    kernels::softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale, label_smoothing, row_scratch_,
+                                   loss_sums_, stream_);
   }
 
   LossSums take_loss_sums() override {
@@ -295,18 +466,23 @@ class CudaBackend final : public Backend {
 
  private:
   const ConvPlan& conv_plan(const Conv2dShape& s) {
-    const auto key =
-        std::make_tuple(s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.pad);
+    const ConvKey key{s.batch, s.in_channels, s.height, s.width, s.out_channels, s.kernel, s.stride, s.pad, s.groups};
     auto it = conv_plans_.find(key);
     if (it != conv_plans_.end()) return *it->second;
+    if (s.groups < 1 || s.in_channels % s.groups != 0 || s.out_channels % s.groups != 0)
+      throw Error(str(rank_tag(), ": a convolution of ", s.in_channels, " to ", s.out_channels, " channels in ",
+                      s.groups, " groups: the groups must divide both channel counts"));
     auto p = std::make_unique<ConvPlan>();
     set_nchw(p->x, s.batch, s.in_channels, s.height, s.width);
     set_nchw(p->y, s.batch, s.out_channels, s.out_height(), s.out_width());
     set_nchw(p->bias, 1, s.out_channels, 1, 1);
+    // Grouped: the filter is [out x in/groups x k x k], group g of the input feeds group g of the
+    // output (as the contract's weight layout).
     DRT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s.out_channels,
-                                               s.in_channels, s.kernel, s.kernel));
+                                               s.in_per_group(), s.kernel, s.kernel));
     DRT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv.get(), s.pad, s.pad, s.stride, s.stride, 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    DRT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv.get(), s.groups));
     DRT_CUDNN_CHECK(
         cudnnSetConvolutionMathType(p->conv.get(), options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     constexpr int kAsk = 16;  // more than cuDNN has algorithms of each kind
@@ -331,31 +507,79 @@ class CudaBackend final : public Backend {
     return *(conv_plans_[key] = std::move(p));
   }
 
-  const PoolPlan& pool_plan(const Pool2dShape& s) {
-    const auto key = std::make_tuple(s.batch, s.channels, s.height, s.width, s.window, s.stride, 0, 0);
+  enum class PoolKind { kMax, kAverage };
+
+  // The contract's limits (Pool2dShape), checked when a shape's plan is made.
+  static void check_pool_shape(const Pool2dShape& s) {
+    if (s.window < 1 || s.stride < 1 || s.pad < 0 || s.pad > s.window / 2)
+      throw Error(str(rank_tag(), ": pooling with window ", s.window, ", stride ", s.stride, " and padding ", s.pad,
+                      ": needs window >= 1, stride >= 1 and 0 <= padding <= window / 2"));
+  }
+
+  const PoolPlan& pool_plan(const Pool2dShape& s, PoolKind kind) {
+    const PoolKey key{s.batch, s.channels, s.height, s.width, s.window, s.stride, s.pad, static_cast<int>(kind)};
     auto it = pool_plans_.find(key);
     if (it != pool_plans_.end()) return *it->second;
+    check_pool_shape(s);
     auto p = std::make_unique<PoolPlan>();
     set_nchw(p->x, s.batch, s.channels, s.height, s.width);
     set_nchw(p->y, s.batch, s.channels, s.out_height(), s.out_width());
-    // The deterministic max mode: one winner per window, like the CPU backend's argmax.
-    DRT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool.get(), CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_NOT_PROPAGATE_NAN,
-                                                s.window, s.window, 0, 0, s.stride, s.stride));
+    // Max: the deterministic mode, one winner per window like the CPU backend's argmax; padded
+    // cells never win. Average: padded cells count as zeros in a window * window divisor.
+    const cudnnPoolingMode_t mode =
+        kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    DRT_CUDNN_CHECK(cudnnSetPooling2dDescriptor(p->pool.get(), mode, CUDNN_NOT_PROPAGATE_NAN, s.window, s.window, s.pad,
+                                                s.pad, s.stride, s.stride));
+    // cuDNN's output size must be the contract's (rounded down).
+    int n = 0, c = 0, h = 0, w = 0;
+    DRT_CUDNN_CHECK(cudnnGetPooling2dForwardOutputDim(p->pool.get(), p->x.get(), &n, &c, &h, &w));
+    DRT_ASSERT(n == s.batch && c == s.channels && h == s.out_height() && w == s.out_width(),
+               str("cuDNN pools ", s.height, "x", s.width, " to ", h, "x", w, ", the contract to ", s.out_height(), "x",
+                   s.out_width()));
     return *(pool_plans_[key] = std::move(p));
   }
 
-  void reserve_workspace(std::size_t bytes) {
-    if (bytes <= workspace_bytes_) return;
-    // Growing waits for the stream, whose queued work may use the old workspace; it happens while
-    // plans are made, on the first use of a shape.
-    DRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (workspace_) DRT_CUDA_CHECK(cudaFree(workspace_));
-    workspace_ = nullptr;
-    DRT_CUDA_CHECK(cudaMalloc(&workspace_, bytes));
-    workspace_bytes_ = bytes;
+  const BatchNormPlan& batchnorm_plan(const BatchNormShape& s) {
+    const BatchNormKey key{s.batch, s.channels, s.spatial};
+    auto it = bn_plans_.find(key);
+    if (it != bn_plans_.end()) return *it->second;
+    auto p = std::make_unique<BatchNormPlan>();
+    set_nchw(p->x, s.batch, s.channels, s.spatial, 1);
+    DRT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(p->stats.get(), p->x.get(), kBatchNormMode));
+    return *(bn_plans_[key] = std::move(p));
   }
 
-  using ShapeKey = std::tuple<int, int, int, int, int, int, int, int>;
+  // cuDNN's lower limit (CUDNN_BN_MIN_EPSILON: 1e-5 before cuDNN 7.5, 0 since).
+  static void check_batchnorm_eps(float eps) {
+    if (!(static_cast<double>(eps) >= CUDNN_BN_MIN_EPSILON))
+      throw Error(str(rank_tag(), ": batch normalisation eps ", eps, " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON,
+                      " (CUDNN_BN_MIN_EPSILON)"));
+  }
+  // The eps given to cudnnBatchNormalizationBackward when no forward recorded one for its saved
+  // statistics (torch's default; cuDNN normalises with the saved 1 / sqrt(var + eps) anyway).
+  static constexpr double kDefaultBatchNormEps = 1e-5;  // >= CUDNN_BN_MIN_EPSILON in every cuDNN
+
+  static void check_dropout_p(float p) {
+    if (!(p >= 0.0f && p < 1.0f)) throw Error(str(rank_tag(), ": dropout probability ", p, " is outside [0, 1)"));
+  }
+
+  void reserve_workspace(std::size_t bytes) { grow(workspace_, workspace_bytes_, bytes); }
+
+  // Grows a device scratch buffer to at least `bytes`. Growing waits for the stream, whose queued
+  // work may use the old buffer; it happens on the first use of a (larger) shape.
+  void grow(void*& buffer, std::size_t& size, std::size_t bytes) {
+    if (bytes <= size) return;
+    DRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (buffer) DRT_CUDA_CHECK(cudaFree(buffer));
+    buffer = nullptr;
+    size = 0;
+    DRT_CUDA_CHECK(cudaMalloc(&buffer, bytes));
+    size = bytes;
+  }
+
+  using ConvKey = std::array<int, 9>;  // batch, in, h, w, out, kernel, stride, pad, groups
+  using PoolKey = std::array<int, 8>;  // batch, channels, h, w, window, stride, pad, kind
+  using BatchNormKey = std::array<int, 3>;
   CudaOptions options_;
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -368,8 +592,12 @@ class CudaBackend final : public Backend {
   std::size_t row_scratch_rows_ = 0;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
-  std::map<ShapeKey, std::unique_ptr<ConvPlan>> conv_plans_;
-  std::map<ShapeKey, std::unique_ptr<PoolPlan>> pool_plans_;
+  void* bn_dx_scratch_ = nullptr;  // dx of a batch norm backward without dx
+  std::size_t bn_dx_scratch_bytes_ = 0;
+  std::unordered_map<const float*, float> batchnorm_eps_;  // save_inv_std buffer -> its forward's eps
+  std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
+  std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
+  std::map<BatchNormKey, std::unique_ptr<BatchNormPlan>> bn_plans_;
 };
 
 }  // namespace
