@@ -178,10 +178,11 @@ class Backend {
   virtual void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma,
                                        const float* beta, const float* running_mean, const float* running_var,
                                        float eps, float* y) = 0;
-  // Backward of the training mode: dgamma and dbeta overwritten; dx (when not null) overwritten.
+  // Backward of the training mode, from the forward's saved statistics and its eps (cuDNN asks
+  // for the same eps in both): dgamma and dbeta overwritten; dx (when not null) overwritten.
   virtual void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
-                                  const float* save_mean, const float* save_inv_std, float* dx, float* dgamma,
-                                  float* dbeta) = 0;
+                                  const float* save_mean, const float* save_inv_std, float eps, float* dx,
+                                  float* dgamma, float* dbeta) = 0;
 
   // Dropout (see DropoutShape): y = x * mask / (1 - p), mask[i] = 1 or 0 (one byte per value,
   // DropoutShape::size() bytes); backward dx = dy * mask / (1 - p). In place allowed.

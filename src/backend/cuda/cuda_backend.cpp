@@ -32,7 +32,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "drtrain/core/error.hpp"
@@ -368,9 +367,6 @@ class CudaBackend final : public Backend {
                                                            y, p.stats.get(), gamma, beta, static_cast<double>(momentum),
                                                            running ? new_mean : nullptr, running ? new_var : nullptr,
                                                            static_cast<double>(eps), save_mean, save_inv_std));
-    // The backward has no eps argument; cuDNN's wants the forward's (it normalises with the saved
-    // 1 / sqrt(var + eps), but its contract asks for the same eps in both).
-    batchnorm_eps_[save_inv_std] = eps;
   }
 
   void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
@@ -385,7 +381,7 @@ class CudaBackend final : public Backend {
   }
 
   void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
-                          const float* save_mean, const float* save_inv_std, float* dx, float* dgamma,
+                          const float* save_mean, const float* save_inv_std, float eps, float* dx, float* dgamma,
                           float* dbeta) override {
     cuda::use_device(device_);
     const BatchNormPlan& p = batchnorm_plan(s);
@@ -394,13 +390,12 @@ class CudaBackend final : public Backend {
       grow(bn_dx_scratch_, bn_dx_scratch_bytes_, static_cast<std::size_t>(s.channels) * s.count() * sizeof(float));
       dx = static_cast<float*>(bn_dx_scratch_);
     }
-    const auto eps_it = batchnorm_eps_.find(save_inv_std);
-    const double eps = eps_it != batchnorm_eps_.end() ? eps_it->second : kDefaultBatchNormEps;
+    check_batchnorm_eps(eps);
     const float one = 1.0f, zero = 0.0f;
     // Data and parameter gradients overwritten (beta factors 0).
     DRT_CUDNN_CHECK(cudnnBatchNormalizationBackward(cudnn_, kBatchNormMode, &one, &zero, &one, &zero, p.x.get(), x,
                                                     p.x.get(), dy, p.x.get(), dx, p.stats.get(), gamma, dgamma, dbeta,
-                                                    eps, save_mean, save_inv_std));
+                                                    static_cast<double>(eps), save_mean, save_inv_std));
   }
 
   void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) override {
@@ -555,9 +550,6 @@ class CudaBackend final : public Backend {
       throw Error(str(rank_tag(), ": batch normalisation eps ", eps, " is below cuDNN's minimum ", CUDNN_BN_MIN_EPSILON,
                       " (CUDNN_BN_MIN_EPSILON)"));
   }
-  // The eps given to cudnnBatchNormalizationBackward when no forward recorded one for its saved
-  // statistics (torch's default; cuDNN normalises with the saved 1 / sqrt(var + eps) anyway).
-  static constexpr double kDefaultBatchNormEps = 1e-5;  // >= CUDNN_BN_MIN_EPSILON in every cuDNN
 
   static void check_dropout_p(float p) {
     if (!(p >= 0.0f && p < 1.0f)) throw Error(str(rank_tag(), ": dropout probability ", p, " is outside [0, 1)"));
@@ -594,7 +586,6 @@ class CudaBackend final : public Backend {
   std::size_t workspace_bytes_ = 0;
   void* bn_dx_scratch_ = nullptr;  // dx of a batch norm backward without dx
   std::size_t bn_dx_scratch_bytes_ = 0;
-  std::unordered_map<const float*, float> batchnorm_eps_;  // save_inv_std buffer -> its forward's eps
   std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
   std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
   std::map<BatchNormKey, std::unique_ptr<BatchNormPlan>> bn_plans_;

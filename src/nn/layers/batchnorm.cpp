@@ -56,7 +56,7 @@ class BatchNorm final : public UnaryLayer {
   }
   void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*,
                 const float* dy, float* dx) override {
-    d.batchnorm_backward(shape(in), x, dy, params_, saved_.floats(), saved_.floats() + channels_, dx, grads_,
+    d.batchnorm_backward(shape(in), x, dy, params_, saved_.floats(), saved_.floats() + channels_, eps_, dx, grads_,
                          grads_ + channels_);
   }
 
