@@ -77,7 +77,7 @@ void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, f
   forward(x, n);
   float* dy = grad_a_.floats();
   float* dx = grad_b_.floats();
-  device_.accumulate_softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), dy, grad_scale);
+  device_.accumulate_softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), dy, grad_scale, 0.0f);
   device_.mark(1);
   for (std::size_t i = layers_.size(); i-- > 0;) {
     TensorShape in = shapes_[i];
@@ -99,7 +99,7 @@ backend::LossSums Network::train(const float* x, const std::int32_t* labels, int
 void Network::enqueue_evaluate(const float* x, const std::int32_t* labels, int n) {
   if (n == 0) return;
   forward(x, n);
-  device_.accumulate_softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), nullptr, 0.0f);
+  device_.accumulate_softmax_cross_entropy(acts_.back(), labels, n, spec_.classes(), nullptr, 0.0f, 0.0f);
 }
 
 backend::LossSums Network::evaluate(const float* x, const std::int32_t* labels, int n) {
