@@ -4,6 +4,7 @@
 #include "drtrain/kernels/reference.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -42,7 +43,7 @@ void scale(float a, float* x, std::size_t n) {
 }
 
 XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
-                               float grad_scale) {
+                               float grad_scale, float label_smoothing) {
   XentSums sums;
   for (int r = 0; r < rows; ++r) {
     const int label = labels[r];
@@ -50,10 +51,57 @@ XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, 
       throw Error(str("label ", label, " of sample ", r, " is outside [0, ", classes, ")"));
     bool correct = false;
     const std::size_t at = static_cast<std::size_t>(r) * classes;
-    sums.loss += softmax_xent_row(logits + at, label, classes, dlogits ? dlogits + at : nullptr, grad_scale, &correct);
+    sums.loss += softmax_xent_row(logits + at, label, classes, dlogits ? dlogits + at : nullptr, grad_scale, &correct,
+                                  label_smoothing);
     sums.correct += correct;
   }
   return sums;
+}
+
+void gelu_forward(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_grad(x[i], dy[i]);
+}
+
+void tanh_forward(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = tanh_grad(y[i], dy[i]);
+}
+
+void sigmoid_forward(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = sigmoid(x[i]);
+}
+
+void sigmoid_backward(const float* y, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = sigmoid_grad(y[i], dy[i]);
+}
+
+// A dropped value is multiplied by 0 (not replaced by 0), so that x * mask / (1 - p) holds for
+// infinities and NaNs too.
+void dropout_forward(std::uint64_t key, std::int64_t first_sample, int rows, std::size_t per_sample, float p,
+                     const float* x, float* y, std::uint8_t* mask) {
+  const float kept = 1.0f / (1.0f - p);
+  for (int r = 0; r < rows; ++r) {
+    const std::size_t at = static_cast<std::size_t>(r) * per_sample;
+    const std::int64_t sample = first_sample + r;
+    for (std::size_t e = 0; e < per_sample; ++e) {
+      const bool keep = dropout_keep(key, sample, e, p);
+      mask[at + e] = keep ? 1 : 0;
+      y[at + e] = x[at + e] * (keep ? kept : 0.0f);
+    }
+  }
+}
+
+void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy, const std::uint8_t* mask, float* dx) {
+  const float kept = 1.0f / (1.0f - p);
+  const std::size_t n = static_cast<std::size_t>(rows) * per_sample;
+  for (std::size_t i = 0; i < n; ++i) dx[i] = dy[i] * (mask[i] ? kept : 0.0f);
 }
 
 // The coefficients are copied to locals so the compiler knows the arrays cannot alias them and

@@ -1,7 +1,8 @@
 // The CPU backend. GEMMs go to OpenBLAS (cblas_sgemm, threads set per process); convolution to
 // oneDNN (onednn_conv.hpp) when built with it, else im2col + GEMM over groups of images (chosen
 // by measuring both against PyTorch, see bench/RESULTS.md); everything else is plain loops the
-// compiler vectorises.
+// compiler vectorises (pooling: cpu_pooling.hpp, batch norm: cpu_batchnorm.hpp, elementwise:
+// the kernels' CPU references).
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <new>
 #include <utility>
 
@@ -18,6 +18,8 @@
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/kernels/reference.hpp"
+#include "cpu_batchnorm.hpp"
+#include "cpu_pooling.hpp"
 #include "im2col.hpp"
 #if DRT_HAVE_ONEDNN
 #include <omp.h>
@@ -42,18 +44,33 @@ int group_size(const Conv2dShape& s) {
 // The im2col + GEMM geometry of a convolution: images per group, output pixels per image, rows
 // of the column matrix (in_channels x kernel x kernel), floats per input and output image. The
 // workspace holds the group's column matrix, then the group's GEMM output.
+//
+// Channel groups (Conv2dShape::groups) need no other layout: the column rows of channel group g
+// are the contiguous block [g * group_rows, (g + 1) * group_rows), its weights the contiguous
+// [out/groups x group_rows] block g of w, its outputs the row block g of the GEMM output; one GEMM
+// per channel group multiplies them.
 struct Im2colGeometry {
   explicit Im2colGeometry(const Conv2dShape& s)
       : group(group_size(s)),
         plane(s.out_height() * s.out_width()),
         rows(s.in_channels * s.kernel * s.kernel),
+        group_rows(s.in_per_group() * s.kernel * s.kernel),
+        group_out(s.out_per_group()),
         in_image(static_cast<std::size_t>(s.in_channels) * s.height * s.width),
         out_image(static_cast<std::size_t>(s.out_channels) * plane) {}
   std::size_t column_floats() const { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(group) * plane; }
   std::size_t workspace_floats(int out_channels) const {
     return static_cast<std::size_t>(group) * plane * (static_cast<std::size_t>(rows) + out_channels);
   }
-  int group, plane, rows;
+  // Offsets of channel group cg's weights, column rows and output rows (columns: GEMM width).
+  std::size_t weights_at(int cg) const { return static_cast<std::size_t>(cg) * group_out * group_rows; }
+  std::size_t rows_at(int cg, int columns) const {
+    return static_cast<std::size_t>(cg) * group_rows * static_cast<std::size_t>(columns);
+  }
+  std::size_t out_at(int cg, int columns) const {
+    return static_cast<std::size_t>(cg) * group_out * static_cast<std::size_t>(columns);
+  }
+  int group, plane, rows, group_rows, group_out;
   std::size_t in_image, out_image;
 };
 
@@ -106,6 +123,23 @@ class CpuBackend final : public Backend {
   void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) override {
     kernels::ref::relu_backward(y, dy, dx, n);
   }
+  void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
+    switch (f) {
+      case Activation::kGelu: return kernels::ref::gelu_forward(x, y, n);
+      case Activation::kTanh: return kernels::ref::tanh_forward(x, y, n);
+      case Activation::kSigmoid: return kernels::ref::sigmoid_forward(x, y, n);
+    }
+    throw Error("activation_forward: unknown activation");
+  }
+  void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                           std::size_t n) override {
+    switch (f) {
+      case Activation::kGelu: return kernels::ref::gelu_backward(x, dy, dx, n);
+      case Activation::kTanh: return kernels::ref::tanh_backward(y, dy, dx, n);
+      case Activation::kSigmoid: return kernels::ref::sigmoid_backward(y, dy, dx, n);
+    }
+    throw Error("activation_backward: unknown activation");
+  }
 
   std::size_t conv2d_workspace_floats(const Conv2dShape& s) const override {
     if (onednn()) return 0;  // oneDNN keeps its own buffers per shape
@@ -118,7 +152,7 @@ class CpuBackend final : public Backend {
     if (onednn_) return onednn_->forward(s, x, w, bias, y);
 #endif
     const Im2colGeometry geo(s);
-    const int g = geo.group, plane = geo.plane, rows = geo.rows;
+    const int g = geo.group, plane = geo.plane;
     const std::size_t in_image = geo.in_image, out_image = geo.out_image;
     for (int n0 = 0; n0 < s.batch; n0 += g) {
       const int count = std::min(g, s.batch - n0);
@@ -126,13 +160,20 @@ class CpuBackend final : public Backend {
       float* col = workspace;
       float* out = workspace + geo.column_floats();
       for (int i = 0; i < count; ++i) im2col(s, x + (n0 + i) * in_image, col, columns, i * plane);
-      gemm(false, false, s.out_channels, columns, rows, 1.0f, w, col, 0.0f, out);
+      for (int cg = 0; cg < s.groups; ++cg)  // groups = 1: the one GEMM of the whole matrices
+        gemm(false, false, geo.group_out, columns, geo.group_rows, 1.0f, w + geo.weights_at(cg),
+             col + geo.rows_at(cg, columns), 0.0f, out + geo.out_at(cg, columns));
       // out is [out_channels x (image, pixel)]; y is NCHW.
       for (int i = 0; i < count; ++i)
         for (int oc = 0; oc < s.out_channels; ++oc) {
           const float* src = out + static_cast<std::size_t>(oc) * columns + static_cast<std::size_t>(i) * plane;
           float* dst = y + (n0 + i) * out_image + static_cast<std::size_t>(oc) * plane;
-          for (int p = 0; p < plane; ++p) dst[p] = src[p] + bias[oc];
+          if (bias) {
+            const float b = bias[oc];
+            for (int p = 0; p < plane; ++p) dst[p] = src[p] + b;
+          } else {
+            std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(plane));
+          }
         }
     }
   }
@@ -143,9 +184,9 @@ class CpuBackend final : public Backend {
     if (onednn_) return onednn_->backward(s, x, w, dy, dw, dbias, dx);
 #endif
     const Im2colGeometry geo(s);
-    const int g = geo.group, plane = geo.plane, rows = geo.rows;
+    const int g = geo.group, plane = geo.plane;
     const std::size_t in_image = geo.in_image, out_image = geo.out_image;
-    std::fill(dbias, dbias + s.out_channels, 0.0f);
+    if (dbias) std::fill(dbias, dbias + s.out_channels, 0.0f);
     if (dx) std::fill(dx, dx + in_image * static_cast<std::size_t>(s.batch), 0.0f);
     for (int n0 = 0; n0 < s.batch; n0 += g) {
       const int count = std::min(g, s.batch - n0);
@@ -157,6 +198,10 @@ class CpuBackend final : public Backend {
         for (int oc = 0; oc < s.out_channels; ++oc) {
           const float* src = dy + (n0 + i) * out_image + static_cast<std::size_t>(oc) * plane;
           float* dst = grad_out + static_cast<std::size_t>(oc) * columns + static_cast<std::size_t>(i) * plane;
+          if (!dbias) {
+            std::memcpy(dst, src, sizeof(float) * static_cast<std::size_t>(plane));
+            continue;
+          }
           float sum = 0.0f;
           for (int p = 0; p < plane; ++p) {
             dst[p] = src[p];
@@ -165,78 +210,72 @@ class CpuBackend final : public Backend {
           dbias[oc] += sum;
         }
       for (int i = 0; i < count; ++i) im2col(s, x + (n0 + i) * in_image, col, columns, i * plane);
-      // dw (+)= dy_group * col^T
-      gemm(false, true, s.out_channels, rows, columns, 1.0f, grad_out, col, n0 == 0 ? 0.0f : 1.0f, dw);
+      // dw (+)= dy_group * col^T, per channel group.
+      const float beta = n0 == 0 ? 0.0f : 1.0f;
+      for (int cg = 0; cg < s.groups; ++cg)
+        gemm(false, true, geo.group_out, geo.group_rows, columns, 1.0f, grad_out + geo.out_at(cg, columns),
+             col + geo.rows_at(cg, columns), beta, dw + geo.weights_at(cg));
       if (!dx) continue;
       // dcol = w^T * dy_group, scattered back into dx (col is free to reuse now).
-      gemm(true, false, rows, columns, s.out_channels, 1.0f, w, grad_out, 0.0f, col);
+      for (int cg = 0; cg < s.groups; ++cg)
+        gemm(true, false, geo.group_rows, columns, geo.group_out, 1.0f, w + geo.weights_at(cg),
+             grad_out + geo.out_at(cg, columns), 0.0f, col + geo.rows_at(cg, columns));
       for (int i = 0; i < count; ++i) col2im_add(s, col, columns, i * plane, dx + (n0 + i) * in_image);
     }
   }
 
   void maxpool2d_forward(const Pool2dShape& s, const float* x, float* y, std::int32_t* argmax) override {
-    const int oh = s.out_height(), ow = s.out_width();
-    const std::size_t planes = static_cast<std::size_t>(s.batch) * s.channels;
-    const std::size_t in_plane = static_cast<std::size_t>(s.height) * s.width;
-    for (std::size_t pl = 0; pl < planes; ++pl) {
-      const float* in = x + pl * in_plane;
-      float* out = y + pl * static_cast<std::size_t>(oh) * ow;
-      std::int32_t* arg = argmax + pl * static_cast<std::size_t>(oh) * ow;
-      const auto base = static_cast<std::int32_t>(pl * in_plane);
-      if (s.window == 2 && s.stride == 2) {
-        // The common case: branch-free selects (random data would defeat the branch predictor).
-        // The first maximum in row-major window order wins, as in torch.
-        const int w = s.width;
-        for (int r = 0; r < oh; ++r) {
-          const float* top = in + static_cast<std::size_t>(2 * r) * w;
-          const float* bottom = top + w;
-          const std::int32_t row = base + 2 * r * w;
-          float* o = out + static_cast<std::size_t>(r) * ow;
-          std::int32_t* a = arg + static_cast<std::size_t>(r) * ow;
-          for (int c = 0; c < ow; ++c) {
-            const int left = 2 * c;  // the window's left column
-            const float t0 = top[left], t1 = top[left + 1], b0 = bottom[left], b1 = bottom[left + 1];
-            const bool right_top = t1 > t0, right_bottom = b1 > b0;
-            const float upper = right_top ? t1 : t0, lower = right_bottom ? b1 : b0;
-            const std::int32_t upper_at = left + (right_top ? 1 : 0);
-            const std::int32_t lower_at = w + left + (right_bottom ? 1 : 0);
-            const bool take_lower = lower > upper;
-            o[c] = take_lower ? lower : upper;
-            a[c] = row + (take_lower ? lower_at : upper_at);
-          }
-        }
-        continue;
-      }
-      for (int r = 0; r < oh; ++r)
-        for (int c = 0; c < ow; ++c) {
-          float best = -std::numeric_limits<float>::infinity();
-          int at = (r * s.stride) * s.width + c * s.stride;
-          for (int i = 0; i < s.window; ++i)
-            for (int j = 0; j < s.window; ++j) {
-              const int idx = (r * s.stride + i) * s.width + (c * s.stride + j);
-              if (in[idx] > best) {
-                best = in[idx];
-                at = idx;
-              }
-            }
-          out[r * ow + c] = best;
-          arg[r * ow + c] = base + at;
-        }
-    }
+    cpu::maxpool2d_forward(s, x, y, argmax);
   }
-
   void maxpool2d_backward(const Pool2dShape& s, const float* /*x*/, const float* /*y*/, const float* dy,
                           const std::int32_t* argmax, float* dx) override {
-    const std::size_t inputs = static_cast<std::size_t>(s.batch) * s.channels * s.height * s.width;
-    const std::size_t outputs = static_cast<std::size_t>(s.batch) * s.channels * s.out_height() * s.out_width();
-    std::fill(dx, dx + inputs, 0.0f);
-    for (std::size_t o = 0; o < outputs; ++o) dx[argmax[o]] += dy[o];
+    cpu::maxpool2d_backward(s, dy, argmax, dx);
+  }
+  void avgpool2d_forward(const Pool2dShape& s, const float* x, float* y) override { cpu::avgpool2d_forward(s, x, y); }
+  void avgpool2d_backward(const Pool2dShape& s, const float* dy, float* dx) override {
+    cpu::avgpool2d_backward(s, dy, dx);
+  }
+  void global_avgpool_forward(const float* x, float* y, std::size_t planes, std::size_t plane_size) override {
+    cpu::global_avgpool_forward(x, y, planes, plane_size);
+  }
+  void global_avgpool_backward(const float* dy, float* dx, std::size_t planes, std::size_t plane_size) override {
+    cpu::global_avgpool_backward(dy, dx, planes, plane_size);
+  }
+
+  void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                               float eps, float* y, float* save_mean, float* save_inv_std, float momentum,
+                               const float* running_mean, const float* running_var, float* new_mean,
+                               float* new_var) override {
+    cpu::batchnorm_forward_train(s, x, gamma, beta, eps, y, save_mean, save_inv_std, momentum, running_mean,
+                                 running_var, new_mean, new_var);
+  }
+  void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                               const float* running_mean, const float* running_var, float eps, float* y) override {
+    cpu::batchnorm_forward_infer(s, x, gamma, beta, running_mean, running_var, eps, y);
+  }
+  void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,
+                          const float* save_mean, const float* save_inv_std, float /*eps: in save_inv_std*/, float* dx,
+                          float* dgamma, float* dbeta) override {
+    cpu::batchnorm_backward(s, x, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
+  }
+
+  void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) override {
+    kernels::ref::dropout_forward(s.key, s.first_sample, s.rows, s.per_sample, s.p, x, y, mask);
+  }
+  void dropout_backward(const DropoutShape& s, const float* dy, const std::uint8_t* mask, float* dx) override {
+    kernels::ref::dropout_backward(s.rows, s.per_sample, s.p, dy, mask, dx);
+  }
+
+  void copy_rows(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride, std::size_t row_floats,
+                 std::size_t rows) override {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(dst + r * dst_stride, src + r * src_stride, row_floats * sizeof(float));
   }
 
   void accumulate_softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes,
-                                        float* dlogits, float grad_scale) override {
+                                        float* dlogits, float grad_scale, float label_smoothing) override {
     const kernels::ref::XentSums sums =
-        kernels::ref::softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale);
+        kernels::ref::softmax_cross_entropy(logits, labels, rows, classes, dlogits, grad_scale, label_smoothing);
     loss_.loss += sums.loss;
     loss_.correct += sums.correct;
   }

@@ -82,8 +82,8 @@ enum class Activation { kGelu, kTanh, kSigmoid };
 struct DropoutShape {
   int rows = 0;
   std::size_t per_sample = 0;
-  float p = 0.5f;            // drop probability, in [0, 1)
-  std::uint64_t key = 0;     // kernels::dropout_key(seed, step, layer)
+  float p = 0.5f;                 // drop probability, in [0, 1)
+  std::uint64_t key = 0;          // kernels::dropout_key(seed, step, layer)
   std::int64_t first_sample = 0;  // global index (in the step's global batch) of row 0
   std::size_t size() const { return static_cast<std::size_t>(rows) * per_sample; }
 };
@@ -170,14 +170,13 @@ class Backend {
   // 1 / sqrt(var + eps) (channels floats each) for backward. When new_mean is not null, also
   // writes the running statistics after this batch, new = (1 - momentum) * running + momentum *
   // batch statistic, with the unbiased variance (torch's rule; batch x spatial must be > 1).
-  virtual void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma,
-                                       const float* beta, float eps, float* y, float* save_mean,
-                                       float* save_inv_std, float momentum, const float* running_mean,
-                                       const float* running_var, float* new_mean, float* new_var) = 0;
+  virtual void batchnorm_forward_train(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                                       float eps, float* y, float* save_mean, float* save_inv_std, float momentum,
+                                       const float* running_mean, const float* running_var, float* new_mean,
+                                       float* new_var) = 0;
   // Inference mode: normalises with the given running statistics.
-  virtual void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma,
-                                       const float* beta, const float* running_mean, const float* running_var,
-                                       float eps, float* y) = 0;
+  virtual void batchnorm_forward_infer(const BatchNormShape& s, const float* x, const float* gamma, const float* beta,
+                                       const float* running_mean, const float* running_var, float eps, float* y) = 0;
   // Backward of the training mode, from the forward's saved statistics and its eps (cuDNN asks
   // for the same eps in both): dgamma and dbeta overwritten; dx (when not null) overwritten.
   virtual void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy, const float* gamma,

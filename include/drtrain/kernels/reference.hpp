@@ -39,8 +39,7 @@ void sigmoid_backward(const float* y, const float* dy, float* dx, std::size_t n)
 // global sample first_sample + r; mask[i] = 1 when kept (dropout_keep), y = x * mask / (1 - p).
 void dropout_forward(std::uint64_t key, std::int64_t first_sample, int rows, std::size_t per_sample, float p,
                      const float* x, float* y, std::uint8_t* mask);
-void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy, const std::uint8_t* mask,
-                      float* dx);
+void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy, const std::uint8_t* mask, float* dx);
 
 void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,
                 std::size_t n);
