@@ -26,13 +26,9 @@ struct Row {
 
 Row time_layer(drt::backend::Backend& device, drt::nn::Layer& layer, const drt::nn::TensorShape& in, int reps,
                bool input_grad) {
-  const drt::nn::TensorShape out = layer.output_shape(in);
+  const drt::nn::TensorShape out = layer.output_shape({in});
   std::size_t params = 0;
-  for (const auto& p : layer.params()) {
-    std::size_t n = 1;
-    for (auto d : p.shape) n *= static_cast<std::size_t>(d);
-    params += n;
-  }
+  for (const auto& p : layer.params()) params += p.numel();
   auto x = device.allocate_floats(in.size()), y = device.allocate_floats(out.size());
   auto dy = device.allocate_floats(out.size()), dx = device.allocate_floats(in.size());
   auto w = device.allocate_floats(std::max<std::size_t>(params, 1)),
@@ -42,15 +38,16 @@ Row time_layer(drt::backend::Backend& device, drt::nn::Layer& layer, const drt::
   for (std::size_t i = 0; i < in.size(); ++i) x.floats()[i] = dist(rng);
   for (std::size_t i = 0; i < out.size(); ++i) dy.floats()[i] = dist(rng);
   for (std::size_t i = 0; i < params; ++i) w.floats()[i] = 0.05f * dist(rng);
-  layer.prepare(device, in);
+  layer.prepare(device, {in}, 0);
+  const drt::nn::Pass pass;
   layer.bind(w.floats(), g.floats());
   auto train = [&] {
-    layer.forward(device, in, x.floats(), y.floats());
-    layer.backward(device, in, x.floats(), y.floats(), dy.floats(), input_grad ? dx.floats() : nullptr);
+    layer.forward(device, pass, {in}, {x.floats()}, y.floats());
+    layer.backward(device, pass, {in}, {x.floats()}, y.floats(), dy.floats(), {input_grad ? dx.floats() : nullptr});
   };
   for (int i = 0; i < 3; ++i) train();
   double t0 = now();
-  for (int i = 0; i < reps; ++i) layer.forward(device, in, x.floats(), y.floats());
+  for (int i = 0; i < reps; ++i) layer.forward(device, pass, {in}, {x.floats()}, y.floats());
   const double forward = (now() - t0) / reps;
   t0 = now();
   for (int i = 0; i < reps; ++i) train();

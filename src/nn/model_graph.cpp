@@ -142,6 +142,8 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
     GraphNode node;
     node.line = number;
     node.name = trim(line.substr(0, eq));
+    if (node.name.find_first_of(" \t(") != std::string::npos)
+      throw ConfigError(str(at, "expected 'NAME = KIND(INPUTS) option=value ...', got '", line, "'"));
     std::string rest = trim(line.substr(eq + 1));
     // KIND, then optional (INPUTS), then options.
     std::size_t k = 0;

@@ -1143,13 +1143,13 @@ TEST_P(ModelSpecRejects, WithAConfigErrorNamingTheProblem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Names, ModelSpecRejects,
-                         testing::Values(BadModel{"resnet", {"'resnet'", "mlp", "cnn", "mlp:784-"}},
+                         testing::Values(BadModel{"resnet", {"'resnet'", "mlp", "cnn", "resnet20", "mlp:IN-"}},
                                          BadModel{"", {"mlp", "cnn"}}, BadModel{"CNN", {"'CNN'", "cnn"}},
                                          BadModel{"mlp:100-10", {"'mlp:100-10'", "784"}},
                                          BadModel{"mlp:784-0-10", {"'0'"}}, BadModel{"mlp:784-x-10", {"'x'"}},
                                          BadModel{"mlp:784--10", {"''"}}, BadModel{"mlp:784", {"'mlp:784'", "output"}},
                                          BadModel{"mlp:784-10-", {"end with '-'"}},
-                                         BadModel{"mlp:784-10-5", {"10 outputs"}},
+                                         BadModel{"mlp:784-10-5", {"5 values per sample", "10 classes"}},
                                          BadModel{"mlp:784-+10-10", {"'+10'"}}),
                          [](const testing::TestParamInfo<BadModel>& p) { return "case" + std::to_string(p.index); });
 

@@ -132,10 +132,10 @@ TEST(Presets, Resnet20HasThePapersShape) {
   // Counted independently (python, from the architecture): 3x3 conv 16; 3 stages of 3 basic
   // blocks at 16/32/64 channels; 1x1 conv + BN shortcuts into stages 2 and 3; linear 64 -> 10.
   const ModelSpec grey = ModelSpec::parse("resnet20");
-  EXPECT_EQ(grey.layout().total(), 272186u);
+  EXPECT_EQ(grey.layout().total() - grey.layout().state_elements(), 272186u);  // parameters
   EXPECT_EQ(grey.layout().state_elements(), 1568u);  // 21 batch norms, mean and variance
   const ModelSpec colour = ModelSpec::parse("resnet20", {1, 3, 32, 32}, 10);
-  EXPECT_EQ(colour.layout().total(), 272474u);
+  EXPECT_EQ(colour.layout().total() - colour.layout().state_elements(), 272474u);
   // Stride 2 twice: 28 -> 14 -> 7 before the pooling; 32 -> 16 -> 8.
   const auto shape_of = [](const ModelSpec& s, const std::string& node) {
     for (std::size_t i = 0; i < s.graph().nodes().size(); ++i)
@@ -180,19 +180,19 @@ FVec normal(std::size_t n, std::uint64_t seed, double sd = 1.0) {
   return v;
 }
 
-struct Run {
+struct TrainRun {
   FVec grads;
   double loss = 0.0;
 };
 
 // One training pass on the CPU; params are the network's, grads come back.
-Run train_once(const ModelSpec& spec, const FVec& params, const FVec& x, const std::vector<std::int32_t>& y, int n,
+TrainRun train_once(const ModelSpec& spec, const FVec& params, const FVec& x, const std::vector<std::int32_t>& y, int n,
                const Pass& pass = {}) {
   auto cpu = backend::make_cpu_backend();
   Network net(spec, *cpu, n);
   FVec p = params, g(params.size(), std::nanf(""));
   net.bind(p.data(), g.data());
-  Run r;
+  TrainRun r;
   r.loss = net.train(x.data(), y.data(), n, 1.0f, pass).loss;
   r.grads = g;
   return r;
@@ -231,7 +231,7 @@ TEST(Network, GradientsOfAWiredGraphMatchFiniteDifferences) {
   for (const TensorSpec& t : spec.layout().tensors())
     if (!t.state)
       for (std::size_t i = t.offset; i < t.offset + t.numel; ++i) params[i] += noise[i];
-  const Run run = train_once(spec, params, x, y, n);
+  const TrainRun run = train_once(spec, params, x, y, n);
   // Central differences of the float32 loss (summed over 3 samples, about 4): steps of 1e-2
   // leave a truncation error ~1e-5 on these smooth functions and a rounding error ~4 * 2^-24 /
   // 1e-2 ~ 2e-5, so 2e-3 of the gradient's scale separates rounding from any wiring mistake (a
@@ -273,7 +273,7 @@ TEST(Network, BatchNormWritesTheRunningStatisticsUpdateScaled) {
   params[mean.offset] = 0.5f, params[var.offset + 1] = 3.0f;  // not the initial values
   Pass pass;
   pass.state_scale = 0.5f;
-  const Run run = train_once(spec, params, x, {0, 1, 1, 0}, n, pass);
+  const TrainRun run = train_once(spec, params, x, {0, 1, 1, 0}, n, pass);
   for (int c = 0; c < 2; ++c) {
     // Batch statistics in float64 over n samples x 3 positions.
     double sum = 0, sq = 0;
@@ -327,11 +327,11 @@ TEST(Network, DropoutIsTheSameWhateverTheTowerSplit) {
   spec.init_params(9, params.data());
   Pass pass;
   pass.seed = 77, pass.step = 12;
-  const Run whole = train_once(spec, params, x, y, n, pass);
+  const TrainRun whole = train_once(spec, params, x, y, n, pass);
   Pass first = pass, second = pass;
   second.first_sample = 3;
-  const Run a = train_once(spec, params, FVec(x.begin(), x.begin() + 48), {0, 1, 2}, 3, first);
-  const Run b = train_once(spec, params, FVec(x.begin() + 48, x.end()), {2, 1, 0}, 3, second);
+  const TrainRun a = train_once(spec, params, FVec(x.begin(), x.begin() + 48), {0, 1, 2}, 3, first);
+  const TrainRun b = train_once(spec, params, FVec(x.begin() + 48, x.end()), {2, 1, 0}, 3, second);
   double scale = 0.0;
   for (float v : whole.grads) scale = std::max(scale, std::abs(static_cast<double>(v)));
   for (std::size_t i = 0; i < whole.grads.size(); ++i)
@@ -339,7 +339,7 @@ TEST(Network, DropoutIsTheSameWhateverTheTowerSplit) {
   // Another step draws other masks.
   Pass later = pass;
   later.step = 13;
-  const Run other = train_once(spec, params, x, y, n, later);
+  const TrainRun other = train_once(spec, params, x, y, n, later);
   EXPECT_NE(other.grads, whole.grads);
 }
 
