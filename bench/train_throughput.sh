@@ -5,6 +5,11 @@
 # threads, all measured in one run, interleaved, each configuration repeated --repeats times.
 #
 #   bench/train_throughput.sh [--repeats R] [--quick] [--attempts A] [--max-wait S]
+#                             [--models mlp,cnn,resnet20] [--datasets synthetic,fashion-mnist] [--pypi]
+#
+# --pypi: the torch peer runs from a venv with PyPI's current torch (bench/peers/make_venv.sh,
+# created once) instead of Debian's python3-torch; it adds the configuration "torch 1 process,
+# 2 threads, channels_last" for the convolutional models.
 #
 # Run from anywhere after scripts/test.sh has built build/. Needs mpiexec, /usr/bin/python3 with
 # Debian's python3-torch and numpy, and the Fashion-MNIST IDX files in
@@ -38,6 +43,9 @@ cd "$ROOT"
 
 REPEATS=2
 QUICK=0
+PYPI=0
+MODELS_ARG=()
+DATASETS_ARG=()
 ATTEMPTS=2
 MAX_WAIT=60
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
@@ -48,6 +56,9 @@ while [[ $# -gt 0 ]]; do
     --quick) QUICK=1; shift ;;
     --attempts) ATTEMPTS="$2"; shift 2 ;;
     --max-wait) MAX_WAIT="$2"; shift 2 ;;
+    --models) IFS=, read -r -a MODELS_ARG <<< "$2"; shift 2 ;;
+    --datasets) IFS=, read -r -a DATASETS_ARG <<< "$2"; shift 2 ;;
+    --pypi) PYPI=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "train_throughput.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -58,6 +69,7 @@ if [[ $QUICK == 1 ]]; then REPEATS=1; ATTEMPTS=1; MAX_WAIT=5; fi
 
 DRTRAIN="$ROOT/build/bin/drtrain"
 PY=/usr/bin/python3
+[[ $PYPI == 1 ]] && PY=$("$ROOT/bench/peers/make_venv.sh")
 PEER="$ROOT/bench/peers/torch_train.py"
 BATCH=128
 [[ -x "$DRTRAIN" ]] || { echo "train_throughput.sh: $DRTRAIN not found; run scripts/test.sh first" >&2; exit 1; }
@@ -69,13 +81,16 @@ MPI=(mpiexec --oversubscribe --bind-to none)
 
 # Steps: warm-up (untimed) + timed, per model.
 if [[ $QUICK == 1 ]]; then
-  declare -A WARM=([mlp]=5 [cnn]=2) TIMED=([mlp]=20 [cnn]=4)
+  declare -A WARM=([mlp]=5 [cnn]=2 [resnet20]=2) TIMED=([mlp]=20 [cnn]=4 [resnet20]=4)
 else
-  declare -A WARM=([mlp]=20 [cnn]=5) TIMED=([mlp]=300 [cnn]=60)
+  declare -A WARM=([mlp]=20 [cnn]=5 [resnet20]=3) TIMED=([mlp]=300 [cnn]=60 [resnet20]=20)
 fi
 MODELS=(mlp cnn)
 DATASETS=(synthetic fashion-mnist)
+[[ ${#MODELS_ARG[@]} -gt 0 ]] && MODELS=("${MODELS_ARG[@]}")
+[[ ${#DATASETS_ARG[@]} -gt 0 ]] && DATASETS=("${DATASETS_ARG[@]}")
 CONFIGS=(drt-1w-t1 drt-1w-t2 drt-1ps2w torch-1p-t1 torch-1p-t2 torch-1p-t2p torch-ddp2-t1)
+[[ $PYPI == 1 ]] && CONFIGS+=(torch-1p-t2-cl)
 
 OUT="$(mktemp -d /tmp/drt_train_throughput.XXXXXX)"
 RESULTS="$OUT/runs.jsonl"
@@ -247,7 +262,8 @@ def report(path, repeats_wanted):
             if None in (ps2, ddp, w1, w2):
                 continue
             drt = {c: med[(m, d, c)][0] for c in ("drt-1w-t1", "drt-1w-t2", "drt-1ps2w") if (m, d, c) in med}
-            tor = {c: med[(m, d, c)][0] for c in ("torch-1p-t1", "torch-1p-t2", "torch-1p-t2p", "torch-ddp2-t1")
+            tor = {c: med[(m, d, c)][0] for c in ("torch-1p-t1", "torch-1p-t2", "torch-1p-t2p", "torch-ddp2-t1",
+                                                   "torch-1p-t2-cl")
                    if (m, d, c) in med}
             bd, bt = max(drt, key=drt.get), max(tor, key=tor.get)
             r1, r1w = ps2 / ddp, ps2w / ddp
@@ -307,6 +323,8 @@ build_cmd() {  # model dataset config metrics-file
                    CMD=("$PY" "$PEER" --ranks 1 --threads 2 --omp-wait-policy passive "${torch_common[@]}") ;;
     torch-ddp2-t1) IMPL=torch PROCS=2 WORKERS=2 THREADS=1 LABEL="torch DDP 2 ranks (gloo)"
                    CMD=("$PY" "$PEER" --ranks 2 --threads 1 "${torch_common[@]}") ;;
+    torch-1p-t2-cl) IMPL=torch PROCS=1 WORKERS=1 THREADS=2 LABEL="torch 1 process, 2 threads, channels_last"
+                   CMD=("$PY" "$PEER" --ranks 1 --threads 2 --channels-last "${torch_common[@]}") ;;
   esac
 }
 
@@ -327,7 +345,7 @@ echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)"
 echo "- drtrain: $("$DRTRAIN" --version 2>/dev/null | head -1), build/bin/drtrain sha256 $(sha256sum "$DRTRAIN" | cut -c1-12), git HEAD $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?') (working tree may differ)"
 echo "- MPI: $(mpiexec --version | head -1); python: $("$PY" --version 2>&1), torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-echo "- global batch $BATCH, SGD lr 0.05 momentum 0.9; steps (warm-up + timed): mlp ${WARM[mlp]} + ${TIMED[mlp]}, cnn ${WARM[cnn]} + ${TIMED[cnn]}; repeats $REPEATS (interleaved), attempts per run up to $ATTEMPTS"
+echo "- global batch $BATCH, SGD lr 0.05 momentum 0.9; steps (warm-up + timed): mlp ${WARM[mlp]} + ${TIMED[mlp]}, cnn ${WARM[cnn]} + ${TIMED[cnn]}, resnet20 ${WARM[resnet20]} + ${TIMED[resnet20]}; repeats $REPEATS (interleaved), attempts per run up to $ATTEMPTS"
 echo "- torch peer: OPENBLAS/OMP/MKL_NUM_THREADS = --threads before importing torch; OPENBLAS_CORETYPE chosen by drtrain's rule (see bench/peers/torch_train.py);"
 echo "  '2 threads, OMP passive' adds OMP_WAIT_POLICY=PASSIVE (torch's OpenMP threads and OpenBLAS's pthreads otherwise spin against each other on 2 cores)"
 echo "- logs: $OUT"

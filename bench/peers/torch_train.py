@@ -42,7 +42,7 @@ import time
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="mlp", help="mlp | cnn | mlp:784-H1-...-10")
+    p.add_argument("--model", default="mlp", help="mlp | cnn | resnet20 | mlp:784-H1-...-10")
     p.add_argument("--dataset", choices=["synthetic", "fashion-mnist"], default="synthetic")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
                    help="directory with the Fashion-MNIST IDX .gz files")
@@ -57,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=128, help="global batch")
     p.add_argument("--steps", type=int, default=100, help="timed steps")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps before the timed ones")
+    p.add_argument("--channels-last", action="store_true",
+                   help="convolutional models in torch.channels_last memory format (often faster on CPU)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1, help="weights, synthetic data and data order")
@@ -187,11 +189,44 @@ def make_model(name):
         for i in range(len(widths) - 1):
             layers += [nn.Linear(widths[i], widths[i + 1])] + ([nn.ReLU()] if i + 2 < len(widths) else [])
         return nn.Sequential(*layers)
+    if name == "resnet20":
+        return resnet20()
     if name != "cnn":
         raise SystemExit(f"unknown --model {name}")
     return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+
+
+def resnet20(in_channels=1, classes=10):
+    """drtrain's models/resnet20.model in torch: 3x3 conv 16 (no bias), BN, ReLU; 3 stages of 3
+    basic blocks at 16/32/64 channels (stride 2 into stages 2 and 3, whose first block's
+    shortcut is a 1x1 stride-2 conv + BN); global average pooling; linear. Same tensor shapes."""
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(cout)
+            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(cout)
+            self.downsample = None
+            if stride != 1 or cin != cout:
+                self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            y = self.bn2(self.conv2(self.bn1(self.conv1(x)).relu_()))
+            return (y + (x if self.downsample is None else self.downsample(x))).relu_()
+
+    layers = [nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(inplace=True)]
+    cin = 16
+    for stage, c in enumerate([16, 32, 64]):
+        for b in range(3):
+            layers.append(Block(cin, c, 2 if stage > 0 and b == 0 else 1))
+            cin = c
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, classes)]
+    return nn.Sequential(*layers)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,7 +248,7 @@ def train(rank, a, port):
 
     pixels, labels = load_data(a)
     images = torch.from_numpy(pixels)
-    if a.model == "cnn":
+    if a.model in ("cnn", "resnet20"):
         images = images.view(-1, 1, 28, 28)
     grad_bytes = 4 * sum(p.numel() for p in make_model(a.model).parameters())
     targets = torch.from_numpy(labels)
@@ -228,6 +263,8 @@ def train(rank, a, port):
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch.cuda.is_available() is False")
     model = make_model(a.model).to(device)
+    if a.channels_last:
+        model = model.to(memory_format=torch.channels_last)
     if ddp:
         model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -247,6 +284,8 @@ def train(rank, a, port):
 
     def step(i):
         x, y = batch(i)
+        if a.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         opt.zero_grad(set_to_none=True)
         # Mean over the local batch; DDP averages over ranks, so the gradient is the mean over
         # the global batch, as in drtrain.
@@ -286,7 +325,7 @@ def train(rank, a, port):
             "steps": a.steps, "warmup": a.warmup, "wall_s": wall, "last_loss": final_loss,
             "torch_threads": torch.get_num_threads(), "openblas_core": loaded_openblas_core(),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
-            "device": a.device,
+            "device": a.device, "channels_last": a.channels_last,
             **({"gpu": torch.cuda.get_device_name(0), "torch_cuda": torch.version.cuda,
                 "cudnn": torch.backends.cudnn.version(),
                 "cudnn_benchmark": torch.backends.cudnn.benchmark} if a.device == "cuda" else {}),

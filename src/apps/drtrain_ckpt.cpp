@@ -136,13 +136,15 @@ int verify(const CheckpointFile& f) {
 int export_state_dict(const CheckpointFile& f, const std::string& out) {
   const hid_t file = H5Fcreate(out.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw drt::Error("cannot create " + out);
+  // A state_dict holds parameters and state (batch norm's running statistics) by name.
   for (const std::string& d : f.datasets()) {
-    if (d.rfind("/params/", 0) != 0) continue;
+    const bool param = d.rfind("/params/", 0) == 0, state = d.rfind("/state/", 0) == 0;
+    if (!param && !state) continue;
     const auto t = f.read(d);
     std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
     const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-    const hid_t dset =
-        H5Dcreate2(file, d.substr(8).c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const std::string name = d.substr(param ? 8 : 7);
+    const hid_t dset = H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     const herr_t rc = dset < 0 ? -1 : H5Dwrite(dset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.values.data());
     if (dset >= 0) H5Dclose(dset);
     H5Sclose(space);

@@ -93,6 +93,11 @@ std::string ShardPlan::describe(const ParamLayout& layout) const {
       if (hi <= lo) continue;
       parts.push_back(hi - lo == t.numel ? t.name : str(t.name, "[", lo - t.offset, ":", hi - t.offset, "]"));
     }
+    // A deep model has many tensors: the first and last few name the shard well enough.
+    if (parts.size() > 8) {
+      const std::size_t n = parts.size();
+      parts = {parts[0], parts[1], parts[2], str("... (", n - 5, " more) ..."), parts[n - 2], parts[n - 1]};
+    }
     out += str("  PS ", p, ": [", r.begin, ", ", r.end, ") ", human_bytes(static_cast<double>(r.size()) * 4), "  ",
                join(parts, " "), "\n");
   }

@@ -22,6 +22,11 @@ CASE:
   full      a background write that fails on one of 2 PS (disk full): the job ends at once with an
             error naming the checkpoint, nothing half-written is published, --resume continues
             from the previous checkpoint
+  model     a model file with batch norm, dropout and a residual add (synthetic data, 1 PS + 2
+            workers, --deterministic): batch norm's running statistics are under /state (not
+            /params, no optimizer slots), the file holds the model's definition, drtrain-ckpt
+            verifies it and exports them with the parameters, and --resume on 2 PS (resharded)
+            ends bitwise where an uninterrupted run ends
   kill      kill -9 of a random rank at a random moment (training, checkpoint writes, start-up,
             the end), then --resume, again and again until a run completes: the final
             checkpoint is bitwise that of an uninterrupted --deterministic run (--trials N;
@@ -64,8 +69,8 @@ class Case:
         self.good = os.path.join(a.work, "good")
         self.tool = os.path.join(a.bin, "drtrain-ckpt")
 
-    def drtrain(self, ranks, *args, expect_ok=True, env=None):
-        cmd = self.a.mpiexec.split() + ["-n", str(ranks), os.path.join(self.a.bin, "drtrain"), "--num-ps", "1",
+    def drtrain(self, ranks, *args, expect_ok=True, env=None, ps=1):
+        cmd = self.a.mpiexec.split() + ["-n", str(ranks), os.path.join(self.a.bin, "drtrain"), "--num-ps", str(ps),
                                         "--log-every", "1000", "--eval", "false"] + list(args)
         return run(cmd, expect_ok, env=env)
 
@@ -260,6 +265,48 @@ class Case:
         _, out = self.drtrain(3, *small, "--max-steps", str(steps + 5), "--checkpoint-dir", d, "--resume")
         expect(out, f"after {steps} updates: step {steps + 1} of {steps + 5}", "external: resume")
 
+    def model(self):
+        work = os.path.join(self.a.work, "model")
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        net = os.path.join(work, "bn.model")
+        with open(net, "w") as f:
+            f.write("# a residual block with batch norm and dropout\n"
+                    "c1 = conv2d(input) out=4 kernel=3 stride=2 bias=false\n"
+                    "bn1 = batchnorm\nr1 = relu\n"
+                    "c2 = conv2d out=4 kernel=3 pad=1 bias=false\nbn2 = batchnorm\n"
+                    "s = add(bn2, r1)\nr2 = relu\npool = global_avgpool\ndrop = dropout p=0.2\n"
+                    "fc = linear out=classes\n")
+        common = ["--model", net, "--dataset", "synthetic", "--synthetic-train", "720", "--batch-size", "24",
+                  "--deterministic"]
+        whole, part = os.path.join(work, "whole"), os.path.join(work, "part")
+        self.drtrain(3, *common, "--max-steps", "30", "--checkpoint-dir", whole, "--checkpoint-every", "30")
+        self.drtrain(3, *common, "--checkpoint-dir", part, "--checkpoint-every", "10", "--max-steps", "10")
+        first = os.path.join(part, f"ckpt-{10:08d}.h5")
+        with h5py.File(first, "r") as f:
+            assert sorted(f["state"].keys()) == ["bn1.running_mean", "bn1.running_var", "bn2.running_mean",
+                                                 "bn2.running_var"], list(f["state"].keys())
+            assert "bn1.running_mean" not in f["params"] and "bn1.weight" in f["params"]
+            assert "bn1.running_mean" not in f["optimizer"]["momentum"], "state has no optimizer slot"
+            assert f["state"]["bn1.running_var"].shape == (4,)
+            assert not np.all(f["state"]["bn1.running_mean"][()] == 0), "running statistics never updated"
+            definition = f.attrs["model_definition"].decode()
+            assert "bn1 = batchnorm(c1)" in definition and "s = add(bn2, r1)" in definition, definition
+        _, out = run([self.tool, "verify", first])
+        expect(out, "checksum matches", "verify of a model with state")
+        exported = os.path.join(work, "state_dict.h5")
+        run([self.tool, "export", first, exported])
+        with h5py.File(exported, "r") as f:
+            assert "bn2.running_var" in f and "c1.weight" in f, list(f.keys())
+        # Resume on another PS layout: the state travels like the parameters.
+        self.drtrain(4, *common, "--max-steps", "30", "--checkpoint-dir", part, "--checkpoint-every", "30",
+                     "--resume", "latest", ps=2)
+        end = f"ckpt-{30:08d}.h5"
+        with h5py.File(os.path.join(whole, end), "r") as a, h5py.File(os.path.join(part, end), "r") as b:
+            for group in ("params", "state"):
+                for name in a[group]:
+                    assert np.array_equal(a[group][name][()], b[group][name][()]), f"{group}/{name} differs"
+
     def slow(self):
         base = os.path.join(self.a.work, "slow")
         shutil.rmtree(base, ignore_errors=True)
@@ -378,7 +425,8 @@ def main():
     p.add_argument("--work", required=True)
     p.add_argument("--trials", type=int, default=2, help="kill: trials (each killed and resumed until done)")
     p.add_argument("--seed", type=int, default=None, help="kill: the random seed (default: a fresh one, printed)")
-    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "slow", "full", "kill"])
+    p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "slow", "full", "model",
+                                    "kill"])
     a = p.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1 << 30)
