@@ -13,7 +13,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 DRT_BUILD="$DRT_ROOT/build-fuzz"
 seconds=${DRT_FUZZ_SECONDS:-20}
-targets=${DRT_FUZZ_TARGETS:-idx config checkpoint}
+targets=${DRT_FUZZ_TARGETS:-idx config checkpoint model}
 
 cmake -S "$DRT_ROOT" -B "$DRT_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \

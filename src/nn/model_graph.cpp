@@ -1,5 +1,7 @@
 #include "drtrain/nn/model_graph.hpp"
 
+#include <sys/stat.h>
+
 #include <cctype>
 #include <fstream>
 #include <set>
@@ -190,13 +192,19 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
 }
 
 ModelGraph ModelGraph::parse_file(const std::string& path) {
-  std::ifstream in(path);
+  // A regular file of at most 1 MiB: never a device, a FIFO or a directory that would block or
+  // never end.
+  constexpr std::size_t kMaxBytes = std::size_t{1} << 20;
+  struct stat st {};
+  std::ifstream in;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) in.open(path, std::ios::binary);
   if (!in) throw ConfigError(str("cannot read the model file '", path, "'; --model takes a preset (",
                                  join(preset_names(), ", "), "), mlp:IN-H1-...-OUT, or a model file"));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  ModelGraph g = parse(buf.str(), path);
-  return g;
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxBytes) throw ConfigError(str("the model file '", path, "' is larger than 1 MiB"));
+  return parse(text, path);
 }
 
 std::vector<std::string> ModelGraph::preset_names() {

@@ -45,6 +45,11 @@ ModelSpec::ModelSpec(ModelGraph graph, TensorShape input, int classes)
     }
     wiring_.push_back(std::move(w));
   }
+  // 2^34 floats (64 GiB) is beyond any PS layout this code is tested with; refuse it here rather
+  // than fail an allocation later.
+  if (layout_.total() > (std::size_t{1} << 34))
+    throw ConfigError(str("model '", graph_.name(), "' has ", layout_.total(),
+                          " parameters and state values, more than 2^34 (64 GiB of float32)"));
   // Every node but the last must feed another: a dangling branch is a mistake in the file.
   std::vector<int> uses(nodes.size(), 0);
   for (const auto& w : wiring_)
