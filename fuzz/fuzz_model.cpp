@@ -31,8 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort();
     }
   } catch (const drt::ConfigError& e) {
-    std::fprintf(stderr, "fuzz_model: to_text() does not parse back: %s\n--- to_text():\n%s\n", e.what(),
-                 once.c_str());
+    std::fprintf(stderr, "fuzz_model: to_text() does not parse back: %s\n--- to_text():\n%s\n", e.what(), once.c_str());
     std::abort();
   }
   try {

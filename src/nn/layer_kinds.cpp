@@ -17,7 +17,10 @@ std::vector<KindSpec> make_table() {
   const std::vector<OptionSpec> pool{
       {"kernel", T::kCount, ""}, {"stride", T::kCount, "=kernel"}, {"pad", T::kCount, "0"}};
   return {
-      {"linear", 1, {{"out", T::kCountOrClasses, ""}, {"in", T::kCount, "-"}, bias}, "y = x W^T + b over each sample's values"},
+      {"linear",
+       1,
+       {{"out", T::kCountOrClasses, ""}, {"in", T::kCount, "-"}, bias},
+       "y = x W^T + b over each sample's values"},
       {"conv2d",
        1,
        {{"out", T::kCountOrClasses, ""},
@@ -114,8 +117,7 @@ std::string names() {
 void check_options(const KindSpec& spec, const GraphNode& node, const std::string& where) {
   for (const auto& [name, value] : node.options) {
     const OptionSpec* o = option(spec, name);
-    if (!o)
-      throw ConfigError(str(where, spec.kind, " has no option '", name, "'; its options: ", option_names(spec)));
+    if (!o) throw ConfigError(str(where, spec.kind, " has no option '", name, "'; its options: ", option_names(spec)));
     check_value(*o, value, where);
   }
   for (const auto& o : spec.options)
@@ -168,8 +170,8 @@ std::unique_ptr<Layer> make_layer(const GraphNode& node, const std::vector<Tenso
   if (k == "linear") {
     const int features = static_cast<int>(x.per_sample());
     if (o.given("in") && o.count("in") != features)
-      throw ConfigError(str(where, "linear in=", o.count("in"), " but its input has ", features,
-                            " values per sample (", x.str(), ")"));
+      throw ConfigError(str(where, "linear in=", o.count("in"), " but its input has ", features, " values per sample (",
+                            x.str(), ")"));
     return make_linear(features, positive("out"), o.flag("bias"));
   }
   if (k == "conv2d") {

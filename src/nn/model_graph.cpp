@@ -49,7 +49,8 @@ ModelGraph mlp_from_sizes(const std::string& whole) {
     sizes.push_back(static_cast<int>(v));
   }
   if (sizes.size() < 2)
-    throw ConfigError(str("--model '", whole, "': give the input size, any hidden sizes and the output size, e.g. "
+    throw ConfigError(str("--model '", whole,
+                          "': give the input size, any hidden sizes and the output size, e.g. "
                           "mlp:784-1024-10"));
   ModelGraph g(whole);
   for (std::size_t i = 1; i < sizes.size(); ++i) {
@@ -71,12 +72,13 @@ std::string ModelGraph::where(const GraphNode& node) const {
 void ModelGraph::check_node(const GraphNode& node) const {
   const std::string at = where(node);
   if (!valid_name(node.name))
-    throw ConfigError(str(at, "'", node.name,
-                          "' is not a node name (letters, digits, '_' and '.', starting with a letter or '_')"));
+    throw ConfigError(
+        str(at, "'", node.name, "' is not a node name (letters, digits, '_' and '.', starting with a letter or '_')"));
   if (node.name == kInput) throw ConfigError(str(at, "'input' is the data's name; give the node another"));
   for (const auto& n : nodes_)
     if (n.name == node.name)
-      throw ConfigError(str(at, "'", node.name, "' is defined twice", n.line ? str(" (first on line ", n.line, ")") : ""));
+      throw ConfigError(
+          str(at, "'", node.name, "' is defined twice", n.line ? str(" (first on line ", n.line, ")") : ""));
   const kinds::KindSpec* spec = kinds::find(node.kind);
   if (!spec) throw ConfigError(str(at, "unknown layer kind '", node.kind, "'; kinds: ", kinds::names()));
   if (!nodes_.empty() && nodes_.back().kind == kinds::kLoss)
@@ -113,8 +115,7 @@ ModelGraph& ModelGraph::add(const std::string& name, const std::string& kind, st
 }
 
 ModelGraph& ModelGraph::set_label_smoothing(double s) {
-  if (!(s >= 0.0 && s < 1.0))
-    throw ConfigError(str("model '", name_, "': label_smoothing=", s, " must be in [0, 1)"));
+  if (!(s >= 0.0 && s < 1.0)) throw ConfigError(str("model '", name_, "': label_smoothing=", s, " must be in [0, 1)"));
   label_smoothing_ = s;
   return *this;
 }
@@ -198,8 +199,9 @@ ModelGraph ModelGraph::parse_file(const std::string& path) {
   struct stat st {};
   std::ifstream in;
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) in.open(path, std::ios::binary);
-  if (!in) throw ConfigError(str("cannot read the model file '", path, "'; --model takes a preset (",
-                                 join(preset_names(), ", "), "), mlp:IN-H1-...-OUT, or a model file"));
+  if (!in)
+    throw ConfigError(str("cannot read the model file '", path, "'; --model takes a preset (",
+                          join(preset_names(), ", "), "), mlp:IN-H1-...-OUT, or a model file"));
   std::string text(kMaxBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<std::size_t>(in.gcount()));

@@ -89,8 +89,8 @@ void Network::plan_buffers() {
       GradTarget t;
       if (p >= 0) {
         const auto pi = static_cast<std::size_t>(p);
-        const bool fresh = dy_buffer_[pi] < 0 &&
-                           std::find(assigned_here.begin(), assigned_here.end(), p) == assigned_here.end();
+        const bool fresh =
+            dy_buffer_[pi] < 0 && std::find(assigned_here.begin(), assigned_here.end(), p) == assigned_here.end();
         if (fresh) {
           const bool over_dy = (layer.in_place() || layer.is_view()) && consumers_[pi] == 1;
           dy_buffer_[pi] = over_dy ? dy : take();
@@ -150,8 +150,7 @@ void Network::forward(const float* x, int n, const Pass& pass) {
   }
 }
 
-void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale,
-                            const Pass& pass_in) {
+void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale, const Pass& pass_in) {
   if (n == 0) {
     device_.zero(grads_, spec_.layout().total() * sizeof(float));
     for (int slot = 0; slot < 3; ++slot) device_.mark(slot);

@@ -76,13 +76,24 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d
   // The data set's sizes and sample shape, from the chief (PS ranks load no data, but the
   // model's layout depends on the shape).
   int facts[5] = {0, 0, 1, 1, 1};
-  if (d.train) facts[0] = d.train->count, facts[2] = d.train->rows, facts[3] = d.train->cols,
-               facts[4] = d.train->classes;
+  if (d.train)
+    facts[0] = d.train->count, facts[2] = d.train->rows, facts[3] = d.train->cols, facts[4] = d.train->classes;
   if (d.test) facts[1] = d.test->count;
   const int chief = topo.worker_world_ranks().front();
   DRT_MPI_CHECK(MPI_Bcast(facts, 5, MPI_INT, chief, topo.world().get()));
-  // Every rank checks the model against the shape: one ConfigError everywhere.
-  Job job{c, topo, nn::ModelSpec(c.load_model(), {1, 1, facts[2], facts[3]}, facts[4]), ps::ShardPlan::balanced(0, 1),
+  // Every rank reads the model (a model file may differ between nodes: a stale copy) and checks
+  // it against the data's shape; any rank's error, or a difference, is one ConfigError everywhere.
+  std::optional<nn::ModelGraph> graph;
+  std::optional<std::string> error;
+  try {
+    graph = c.load_model();
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  comm::raise_if_any(topo.world(), error);
+  comm::require_same(topo.world(), comm::fingerprint(graph->to_text()),
+                     str("the model (--model ", c.model, " reads differently on some ranks)"));
+  Job job{c, topo, nn::ModelSpec(*graph, {1, 1, facts[2], facts[3]}, facts[4]), ps::ShardPlan::balanced(0, 1),
           c.optimizer};
   job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
   job.train_count = facts[0];

@@ -28,12 +28,22 @@
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/kernels/rules.hpp"
+#include "support/float64_checks.hpp"
 
 namespace drt::backend {
 namespace {
 
-using Vec = std::vector<double>;
-using FVec = std::vector<float>;
+using float64_checks::all_close;
+using float64_checks::central_difference;
+using float64_checks::dot;
+using float64_checks::download;
+using float64_checks::finite_difference;
+using float64_checks::FVec;
+using float64_checks::max_abs;
+using float64_checks::normal_floats;
+using float64_checks::to_double;
+using float64_checks::upload;
+using float64_checks::Vec;
 using Labels = std::vector<std::int32_t>;
 
 // The reasoning of test_layers.cpp: a float32 sum of K terms rounds with an error of a few 1e-7
@@ -47,81 +57,9 @@ constexpr double kGradTol = 1e-4;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// ---------------------------------------------------------------- helpers (as in test_layers.cpp)
-
-FVec normal_floats(std::size_t n, std::uint64_t seed, double stddev = 1.0, double mean = 0.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(mean, stddev);
-  FVec v(n);
-  for (float& x : v) x = static_cast<float>(dist(rng));
-  return v;
-}
-
-Vec to_double(const FVec& v) { return Vec(v.begin(), v.end()); }
-
-double max_abs(const Vec& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Normwise comparison (see the top of the file); NaN anywhere fails.
-template <typename T>
-testing::AssertionResult all_close(const std::vector<T>& actual, const Vec& expected, double tol) {
-  if (actual.size() != expected.size())
-    return testing::AssertionFailure() << "size " << actual.size() << " != expected " << expected.size();
-  const double scale = max_abs(expected), allowed = tol * scale;
-  std::size_t bad = 0, worst = 0;
-  double worst_err = -1.0;
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    const double err = std::abs(static_cast<double>(actual[i]) - expected[i]);
-    if (!(err <= allowed)) ++bad;
-    if (!(err <= worst_err)) worst_err = err, worst = i;
-  }
-  if (bad == 0) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << bad << " of " << actual.size() << " entries differ by more than " << allowed
-                                     << " (tol " << tol << " x scale " << scale << "); worst [" << worst
-                                     << "]: " << actual[worst] << " vs " << expected[worst];
-}
-
-// d f / d value by a central difference; f reads `value`, which is restored afterwards.
-double central_difference(const std::function<double()>& f, double& value) {
-  const double saved = value, h = 1e-6 * std::max(1.0, std::abs(saved));
-  const double up = saved + h, down = saved - h;
-  value = up;
-  const double f_up = f();
-  value = down;
-  const double f_down = f();
-  value = saved;
-  return (f_up - f_down) / (up - down);
-}
-
-Vec finite_difference(const std::function<double()>& f, Vec& v) {
-  Vec g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) g[i] = central_difference(f, v[i]);
-  return g;
-}
-
-DeviceBuffer upload(Backend& device, const FVec& host) {
-  DeviceBuffer buf = device.allocate_floats(host.size());
-  if (!host.empty()) device.copy_from_host(buf.floats(), host.data(), host.size() * sizeof(float));
-  return buf;
-}
+// ---------------------------------------------------------------- helpers (more in support/float64_checks.hpp)
 
 DeviceBuffer poisoned(Backend& device, std::size_t n) { return upload(device, FVec(n, kNaN)); }
-
-FVec download(Backend& device, const float* data, std::size_t n) {
-  FVec host(n);
-  device.synchronize();
-  if (n) device.copy_to_host(host.data(), data, n * sizeof(float));
-  return host;
-}
 
 // What one op's backend run produced: its output and the gradient of each input (empty when
 // the op gives none for that input).

@@ -28,14 +28,24 @@
 #include "drtrain/nn/layer.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/nn/network.hpp"
+#include "support/float64_checks.hpp"
 
 namespace drt::nn {
 namespace {
 
 using backend::Backend;
 using backend::DeviceBuffer;
-using Vec = std::vector<double>;
-using FVec = std::vector<float>;
+using float64_checks::all_close;
+using float64_checks::central_difference;
+using float64_checks::dot;
+using float64_checks::download;
+using float64_checks::finite_difference;
+using float64_checks::FVec;
+using float64_checks::max_abs;
+using float64_checks::normal_floats;
+using float64_checks::to_double;
+using float64_checks::upload;
+using float64_checks::Vec;
 using Labels = std::vector<std::int32_t>;
 
 // Forward: a float32 sum of K products rounds with an error of about sqrt(K) * 2^-24 times a
@@ -53,14 +63,6 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // ---------------------------------------------------------------- helpers
 
-FVec normal_floats(std::size_t n, std::uint64_t seed, double stddev = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, stddev);
-  FVec v(n);
-  for (float& x : v) x = static_cast<float>(dist(rng));
-  return v;
-}
-
 FVec uniform_floats(std::size_t n, std::uint64_t seed, double lo, double hi) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
@@ -69,79 +71,15 @@ FVec uniform_floats(std::size_t n, std::uint64_t seed, double lo, double hi) {
   return v;
 }
 
-Vec to_double(const FVec& v) { return Vec(v.begin(), v.end()); }
-
-double max_abs(const Vec& v) {
-  double m = 0.0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
 Vec scaled(Vec v, double factor) {
   for (double& x : v) x *= factor;
   return v;
-}
-
-// Normwise comparison (see the top of the file); NaN anywhere fails.
-template <typename T>
-testing::AssertionResult all_close(const std::vector<T>& actual, const Vec& expected, double tol) {
-  if (actual.size() != expected.size())
-    return testing::AssertionFailure() << "size " << actual.size() << " != expected " << expected.size();
-  const double scale = max_abs(expected), allowed = tol * scale;
-  std::size_t bad = 0, worst = 0;
-  double worst_err = -1.0;
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    const double err = std::abs(static_cast<double>(actual[i]) - expected[i]);
-    if (!(err <= allowed)) ++bad;
-    if (!(err <= worst_err)) worst_err = err, worst = i;
-  }
-  if (bad == 0) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << bad << " of " << actual.size() << " entries differ by more than " << allowed
-                                     << " (tol " << tol << " x scale " << scale << "); worst [" << worst
-                                     << "]: " << actual[worst] << " vs " << expected[worst];
-}
-
-// d f / d value by a central difference; f reads `value`, which is restored afterwards.
-double central_difference(const std::function<double()>& f, double& value) {
-  const double saved = value, h = 1e-6 * std::max(1.0, std::abs(saved));
-  const double up = saved + h, down = saved - h;
-  value = up;
-  const double f_up = f();
-  value = down;
-  const double f_down = f();
-  value = saved;
-  return (f_up - f_down) / (up - down);
-}
-
-Vec finite_difference(const std::function<double()>& f, Vec& v) {
-  Vec g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) g[i] = central_difference(f, v[i]);
-  return g;
-}
-
-DeviceBuffer upload(Backend& device, const FVec& host) {
-  DeviceBuffer buf = device.allocate_floats(host.size());
-  if (!host.empty()) device.copy_from_host(buf.floats(), host.data(), host.size() * sizeof(float));
-  return buf;
 }
 
 DeviceBuffer upload_labels(Backend& device, const Labels& host) {
   DeviceBuffer buf = device.allocate(host.size() * sizeof(std::int32_t));
   device.copy_from_host(buf.ints(), host.data(), host.size() * sizeof(std::int32_t));
   return buf;
-}
-
-FVec download(Backend& device, const float* data, std::size_t n) {
-  FVec host(n);
-  device.synchronize();
-  if (n) device.copy_to_host(host.data(), data, n * sizeof(float));
-  return host;
 }
 
 std::size_t numel(const std::vector<std::int64_t>& shape) {
