@@ -30,6 +30,8 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "training images of --dataset synthetic")
       ("synthetic-test", po::value<int>(&c.synthetic_test)->default_value(c.synthetic_test),
        "test images of --dataset synthetic")
+      ("test-samples", po::value<int>(&c.test_samples)->default_value(c.test_samples),
+       "evaluate on the first N test images only (0: all of them)")
       ("epochs", po::value<int>(&c.epochs)->default_value(c.epochs), "passes over the training set")
       ("max-steps", po::value<std::int64_t>(&c.max_steps)->default_value(c.max_steps),
        "stop after this many steps (0: no limit)")
@@ -102,6 +104,7 @@ void TrainConfig::validate() const {
     throw ConfigError(str("unknown --dataset '", dataset, "'; choices: fashion-mnist, synthetic"));
   if (synthetic_train < 1 || synthetic_test < 0)
     throw ConfigError("--synthetic-train must be >= 1 and --synthetic-test >= 0");
+  if (test_samples < 0) throw ConfigError(str("--test-samples must be >= 0 (0: all), got ", test_samples));
   if (epochs < 1) throw ConfigError(str("--epochs must be at least 1 (got ", epochs, ")"));
   if (max_steps < 0) throw ConfigError(str("--max-steps must be >= 0 (got ", max_steps, ")"));
   if (batch_size < 1) throw ConfigError(str("--batch-size must be at least 1 (got ", batch_size, ")"));
@@ -129,9 +132,10 @@ std::string TrainConfig::to_ini() const {
   std::ostringstream o;
   o << "# drtrain configuration (drtrain --print-config); load with --config FILE\n"
     << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir
-    << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test << "\nepochs = " << epochs
-    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
-    << "\ndevice = " << device << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
+    << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test
+    << "\ntest-samples = " << test_samples << "\nepochs = " << epochs << "\nmax-steps = " << max_steps
+    << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
+    << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
     << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\nseed = " << seed
     << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\ntimeline-max-spans = " << timeline_max_spans
     << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads

@@ -65,6 +65,12 @@ Datasets load_data(const TrainConfig& c, const comm::Topology& topo) {
         d.test = data::load_fashion_mnist(c.data_dir, false);
       }
     }
+    // --test-samples: the first N test images (a quick evaluation of a long or a test run).
+    if (d.test && c.test_samples > 0 && c.test_samples < d.test->count) {
+      d.test->count = c.test_samples;
+      d.test->pixels.resize(d.test->image_size() * static_cast<std::size_t>(c.test_samples));
+      d.test->labels.resize(static_cast<std::size_t>(c.test_samples));
+    }
   } catch (const ConfigError& e) {
     error = e.what();
   }

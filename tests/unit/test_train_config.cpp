@@ -88,6 +88,8 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--lr-schedule", "exp"}).find("choices: constant, step, cosine"), std::string::npos);
   EXPECT_NE(error_of({"--dataset", "cifar"}).find("choices: fashion-mnist, synthetic"), std::string::npos);
   EXPECT_NE(error_of({"--bucket-kib", "0"}).find("--bucket-kib must be at least 1"), std::string::npos);
+  EXPECT_NE(error_of({"--test-samples", "-1"}).find("--test-samples must be >= 0"), std::string::npos);
+  EXPECT_NE(error_of({"--model", "resnet"}).find("resnet20"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "fp8"}).find("choices: fp32, bf16"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "bf16", "--grad-push", "ordered"}).find("drop --grad-push ordered"), std::string::npos);
   EXPECT_NE(error_of({"--wire", "bf16", "--rma-sync", "fence"}).find("use --rma-sync passive"), std::string::npos);

@@ -24,6 +24,7 @@ struct TrainConfig {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int synthetic_train = 60000;  // synthetic dataset sizes
   int synthetic_test = 10000;
+  int test_samples = 0;  // evaluate on the first N test images (0: all)
   int epochs = 1;
   std::int64_t max_steps = 0;  // 0: no limit besides --epochs
   int batch_size = 128;        // global batch: workers x towers x per-tower batch
