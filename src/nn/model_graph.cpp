@@ -199,7 +199,7 @@ ModelGraph ModelGraph::parse_file(const std::string& path) {
   struct stat st {};
   std::ifstream in;
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) in.open(path, std::ios::binary);
-  if (!in)
+  if (!in.is_open() || !in)
     throw ConfigError(str("cannot read the model file '", path, "'; --model takes a preset (",
                           join(preset_names(), ", "), "), mlp:IN-H1-...-OUT, or a model file"));
   std::string text(kMaxBytes + 1, '\0');
