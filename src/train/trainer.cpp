@@ -76,8 +76,8 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d
   // The data set's sizes and sample shape, from the chief (PS ranks load no data, but the
   // model's layout depends on the shape).
   int facts[5] = {0, 0, 1, 1, 1};
-  if (d.train) facts[0] = d.train->count, facts[2] = d.train->rows, facts[3] = d.train->cols,
-               facts[4] = d.train->classes;
+  if (d.train)
+    facts[0] = d.train->count, facts[2] = d.train->rows, facts[3] = d.train->cols, facts[4] = d.train->classes;
   if (d.test) facts[1] = d.test->count;
   const int chief = topo.worker_world_ranks().front();
   DRT_MPI_CHECK(MPI_Bcast(facts, 5, MPI_INT, chief, topo.world().get()));
