@@ -10,6 +10,16 @@ if(NOT HDF5_IS_PARALLEL)
 endif()
 include(DrtCheckMpiMix)  # HDF5 built against another MPI than the MPI compilers': stop here
 drt_check_mpi_mix()
+# drt_io links HDF5 through drt_hdf5: HDF5::HDF5 in the build tree; in the installed package
+# (drtrain::hdf5) the library files found here, so that a project using the package links the
+# very HDF5 checked above (built against drtrain's MPI) without running FindHDF5 itself, which
+# would need the C language enabled and could pick another MPI's HDF5. No public header includes
+# hdf5.h, so the installed target carries no include directory.
+add_library(drt_hdf5 INTERFACE)
+target_link_libraries(drt_hdf5 INTERFACE $<BUILD_INTERFACE:HDF5::HDF5>)
+foreach(_drt_lib IN LISTS HDF5_LIBRARIES)
+  target_link_libraries(drt_hdf5 INTERFACE $<INSTALL_INTERFACE:${_drt_lib}>)
+endforeach()
 
 find_package(Boost 1.71 REQUIRED COMPONENTS program_options)
 

@@ -4,10 +4,11 @@ DRT_BUILD=${DRT_BUILD:-$DRT_ROOT/build}
 DRT_JOBS=${DRT_JOBS:-$(nproc)}
 
 # Flags mpiexec needs here: Open MPI refuses more ranks than cores without --oversubscribe
-# and refuses root without --allow-run-as-root. MPICH needs neither.
+# and refuses root without --allow-run-as-root. MPICH needs neither. The launcher asked is the
+# argument (e.g. /usr/bin/mpiexec.mpich), `mpiexec` by default.
 drt_mpiexec_flags() {
   local version
-  version=$(mpiexec --version 2>&1 || true)
+  version=$("${1:-mpiexec}" --version 2>&1 || true)
   if [[ $version == *"Open MPI"* || $version == *OpenRTE* ]]; then
     local flags="--oversubscribe"
     [ "$(id -u)" -eq 0 ] && flags="$flags --allow-run-as-root"

@@ -7,7 +7,7 @@
 # it covers every .cpp file of that build: src/, kernels/reference.cpp, tests/, bench/. Not covered:
 # the .cu kernels and src/backend/cuda/ (CUDA builds only), fuzz/ (clang builds with
 # DRT_BUILD_FUZZERS=ON only; scripts/fuzz_check.sh builds them).
-# The format check covers src include kernels tests bench fuzz (*.cpp *.hpp *.cu *.cuh).
+# The format check covers src include kernels tests bench fuzz examples (*.cpp *.hpp *.cu *.cuh).
 #
 # Took 287 s (265 s of CPU) with DRT_JOBS=2 from an empty build-tidy/, on 2 cores that another
 # build was using too: configure about 2 s, clang-tidy over 79 files nearly all of it, the format
@@ -52,7 +52,8 @@ fi
 if [[ " $checks " == *" format "* ]]; then
   mapfile -t sources < <(cd "$DRT_ROOT" && git ls-files -- \
     'src/*.cpp' 'src/*.hpp' 'include/*.hpp' 'kernels/*.cpp' 'kernels/*.hpp' 'kernels/*.cu' 'kernels/*.cuh' \
-    'tests/*.cpp' 'tests/*.hpp' 'bench/*.cpp' 'bench/*.hpp' 'fuzz/*.cpp' 'fuzz/*.hpp')
+    'tests/*.cpp' 'tests/*.hpp' 'bench/*.cpp' 'bench/*.hpp' 'fuzz/*.cpp' 'fuzz/*.hpp' \
+    'examples/*.cpp' 'examples/*.hpp')
   echo "lint_check: clang-format over ${#sources[@]} files"
   bad=()
   for f in "${sources[@]}"; do

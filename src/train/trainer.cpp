@@ -273,6 +273,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     outputs->test_loss = mine.test_loss;
     outputs->steps = mine.steps;
     outputs->stop_signal = mine.stop_signal;
+    outputs->chief = topo.is_chief();
   }
   if (timeline.enabled()) {
     const std::uint64_t dropped =

@@ -19,6 +19,7 @@ struct TrainOutputs {
   double test_loss = 0.0;
   std::int64_t steps = 0;  // the step counter at the end (total steps unless stopped)
   int stop_signal = 0;     // the stop signal that ended the run early, 0 if none
+  bool chief = false;      // this rank is the chief (worker 0), the one that prints the report
 };
 
 // Returns the exit status: 0, or kStoppedExitStatus (core/stop_signals.hpp) on every rank when a
