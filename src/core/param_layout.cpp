@@ -41,7 +41,8 @@ std::size_t ParamLayout::state_elements() const {
 
 std::string ParamLayout::to_text() const {
   std::string out;
-  for (const auto& t : tensors_) out += str(t.name, " ", t.shape_string(), " @", t.offset, t.state ? " state" : "", "\n");
+  for (const auto& t : tensors_)
+    out += str(t.name, " ", t.shape_string(), " @", t.offset, t.state ? " state" : "", "\n");
   return out;
 }
 

@@ -48,20 +48,20 @@ void check_fits(hid_t file, const CheckpointMeta& m, const std::string& model, c
                           "]: pass the optimizer "
                           "options of the checkpoint's run, or start without --resume"));
   for (const schema::Dataset& ds : schema::datasets(layout, slot_names)) {
-      const TensorSpec& t = *ds.tensor;
-      const std::string& path = ds.path;
-      const std::string group = path.substr(0, path.rfind('/'));
-      if (H5Lexists(file, group.c_str(), H5P_DEFAULT) <= 0 || H5Lexists(file, path.c_str(), H5P_DEFAULT) <= 0)
-        throw ConfigError(str("the checkpoint has no dataset ", path, " (tensor ", t.name, " of --model ", model,
-                              "): the file holds another model, or is damaged; pass the checkpoint's --model (",
-                              m.model, "), or start without --resume"));
-      const std::vector<std::int64_t> shape = dataset_shape(file, path);
-      if (shape != t.shape)
-        throw ConfigError(str("tensor ", path, " has shape ", schema::shape_text(shape), " in the checkpoint and ",
-                              schema::shape_text(t.shape), " in --model ", model,
-                              ": the models differ; pass the "
-                              "checkpoint's --model, or start without --resume"));
-    }
+    const TensorSpec& t = *ds.tensor;
+    const std::string& path = ds.path;
+    const std::string group = path.substr(0, path.rfind('/'));
+    if (H5Lexists(file, group.c_str(), H5P_DEFAULT) <= 0 || H5Lexists(file, path.c_str(), H5P_DEFAULT) <= 0)
+      throw ConfigError(str("the checkpoint has no dataset ", path, " (tensor ", t.name, " of --model ", model,
+                            "): the file holds another model, or is damaged; pass the checkpoint's --model (", m.model,
+                            "), or start without --resume"));
+    const std::vector<std::int64_t> shape = dataset_shape(file, path);
+    if (shape != t.shape)
+      throw ConfigError(str("tensor ", path, " has shape ", schema::shape_text(shape), " in the checkpoint and ",
+                            schema::shape_text(t.shape), " in --model ", model,
+                            ": the models differ; pass the "
+                            "checkpoint's --model, or start without --resume"));
+  }
 }
 
 // Reads the part of every dataset that falls in the shard; returns its checksum term.
@@ -69,14 +69,14 @@ template <typename Read>
 std::uint64_t read_parts(const ParamLayout& layout, const std::vector<std::string>& slot_names, const ShardView& shard,
                          Read read) {
   std::uint64_t sum = 0;
-  schema::for_each_part(
-      layout, slot_names, shard.begin, shard.end,
-      [&](std::size_t, const schema::Dataset& ds, std::size_t lo, std::size_t hi) {
-        const TensorSpec& t = *ds.tensor;
-        float* data = (ds.array == 0 ? shard.params : shard.slots[ds.array - 1]) + (t.offset + lo - shard.begin);
-        read(ds.path, t, lo, hi, data);
-        sum += checksum_part(ds.path, lo, data, hi - lo);
-      });
+  schema::for_each_part(layout, slot_names, shard.begin, shard.end,
+                        [&](std::size_t, const schema::Dataset& ds, std::size_t lo, std::size_t hi) {
+                          const TensorSpec& t = *ds.tensor;
+                          float* data = (ds.array == 0 ? shard.params : shard.slots[ds.array - 1]) +
+                                        (t.offset + lo - shard.begin);
+                          read(ds.path, t, lo, hi, data);
+                          sum += checksum_part(ds.path, lo, data, hi - lo);
+                        });
   return sum;
 }
 

@@ -79,7 +79,8 @@ std::string utc_now() {
 
 std::vector<Dataset> datasets(const ParamLayout& layout, const std::vector<std::string>& slot_names) {
   std::vector<Dataset> out;
-  for (const TensorSpec& t : layout.tensors()) out.push_back({t.state ? state_path(t.name) : params_path(t.name), &t, 0});
+  for (const TensorSpec& t : layout.tensors())
+    out.push_back({t.state ? state_path(t.name) : params_path(t.name), &t, 0});
   for (std::size_t k = 0; k < slot_names.size(); ++k)
     for (const TensorSpec& t : layout.tensors())
       if (!t.state) out.push_back({slot_path(slot_names[k], t.name), &t, k + 1});

@@ -151,7 +151,7 @@ void ParameterServer::apply_block(int block) {
 }
 
 void ParameterServer::update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale) {
-  std::size_t done = 0;  // elements [0, done) handled
+  std::size_t done = 0;                             // elements [0, done) handled
   const std::size_t first = range_.begin + offset;  // global index of element 0
   for (const auto& [state_begin, state_end] : state_ranges_) {
     if (state_end <= first + done) continue;

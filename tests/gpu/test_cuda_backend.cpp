@@ -276,8 +276,8 @@ TEST(CudaBackend, BatchNormMatchesCpu) {
                                    new_mean.data(), new_var.data());
     p.cpu->batchnorm_forward_infer(s, x.data(), gamma.data(), beta.data(), running_mean.data(), running_var.data(), eps,
                                    y_infer.data());
-    p.cpu->batchnorm_backward(s, x.data(), dy.data(), gamma.data(), save_mean.data(), save_inv_std.data(), eps, dx.data(),
-                              dgamma.data(), dbeta.data());
+    p.cpu->batchnorm_backward(s, x.data(), dy.data(), gamma.data(), save_mean.data(), save_inv_std.data(), eps,
+                              dx.data(), dgamma.data(), dbeta.data());
 
     DeviceBuffer gx = upload(*p.gpu, x), ggamma = upload(*p.gpu, gamma), gbeta = upload(*p.gpu, beta);
     DeviceBuffer gdy = upload(*p.gpu, dy), grm = upload(*p.gpu, running_mean), grv = upload(*p.gpu, running_var);
@@ -311,8 +311,8 @@ TEST(CudaBackend, BatchNormMatchesCpu) {
 
     DeviceBuffer gdx = p.gpu->allocate_floats(n), gdg = p.gpu->allocate_floats(c), gdb = p.gpu->allocate_floats(c);
     for (auto* buf : {&gdx, &gdg, &gdb}) poison(*p.gpu, buf->floats(), buf->bytes() / sizeof(float));
-    p.gpu->batchnorm_backward(s, gx.floats(), gdy.floats(), ggamma.floats(), gsm.floats(), gsi.floats(), eps, gdx.floats(),
-                              gdg.floats(), gdb.floats());
+    p.gpu->batchnorm_backward(s, gx.floats(), gdy.floats(), ggamma.floats(), gsm.floats(), gsi.floats(), eps,
+                              gdx.floats(), gdg.floats(), gdb.floats());
     EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), n), dx, kGradTol)) << what << ": dx";
     EXPECT_TRUE(all_close(download(*p.gpu, gdg.floats(), c), dgamma, kGradTol)) << what << ": dgamma";
     EXPECT_TRUE(all_close(download(*p.gpu, gdb.floats(), c), dbeta, kGradTol)) << what << ": dbeta";

@@ -167,18 +167,18 @@ TEST(Overlap, EqualsTheSequentialStepBitwise) {
 // computed (not only how it rounds) shows. (Without it, the order of MPI_Accumulate's arrivals
 // changes the rounding, which batch norm over 4 samples amplifies to ~5e-5 in 20 steps.)
 std::shared_ptr<const nn::ModelGraph> batchnorm_graph() {
-  return std::make_shared<nn::ModelGraph>(nn::ModelGraph::parse(
-      "c1 = conv2d(input) out=4 kernel=3 stride=2 bias=false\n"
-      "bn1 = batchnorm momentum=0.2\n"
-      "r1 = relu\n"
-      "c2 = conv2d out=4 kernel=3 pad=1 bias=false\n"
-      "bn2 = batchnorm\n"
-      "sum = add(bn2, r1)\n"
-      "r2 = relu\n"
-      "pool = maxpool2d kernel=3 stride=2 pad=1\n"
-      "drop = dropout p=0.25\n"
-      "fc = linear out=classes\n",
-      "equivalence.model"));
+  return std::make_shared<nn::ModelGraph>(
+      nn::ModelGraph::parse("c1 = conv2d(input) out=4 kernel=3 stride=2 bias=false\n"
+                            "bn1 = batchnorm momentum=0.2\n"
+                            "r1 = relu\n"
+                            "c2 = conv2d out=4 kernel=3 pad=1 bias=false\n"
+                            "bn2 = batchnorm\n"
+                            "sum = add(bn2, r1)\n"
+                            "r2 = relu\n"
+                            "pool = maxpool2d kernel=3 stride=2 pad=1\n"
+                            "drop = dropout p=0.25\n"
+                            "fc = linear out=classes\n",
+                            "equivalence.model"));
 }
 
 std::vector<float> single_process_parts(const TrainConfig& c, const nn::ModelSpec& spec) {

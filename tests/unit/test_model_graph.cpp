@@ -133,7 +133,7 @@ TEST(Presets, Resnet20HasThePapersShape) {
   // blocks at 16/32/64 channels; 1x1 conv + BN shortcuts into stages 2 and 3; linear 64 -> 10.
   const ModelSpec grey = ModelSpec::parse("resnet20");
   EXPECT_EQ(grey.layout().total() - grey.layout().state_elements(), 272186u);  // parameters
-  EXPECT_EQ(grey.layout().state_elements(), 1568u);  // 21 batch norms, mean and variance
+  EXPECT_EQ(grey.layout().state_elements(), 1568u);                            // 21 batch norms, mean and variance
   const ModelSpec colour = ModelSpec::parse("resnet20", {1, 3, 32, 32}, 10);
   EXPECT_EQ(colour.layout().total() - colour.layout().state_elements(), 272474u);
   // Stride 2 twice: 28 -> 14 -> 7 before the pooling; 32 -> 16 -> 8.
@@ -187,7 +187,7 @@ struct TrainRun {
 
 // One training pass on the CPU; params are the network's, grads come back.
 TrainRun train_once(const ModelSpec& spec, const FVec& params, const FVec& x, const std::vector<std::int32_t>& y, int n,
-               const Pass& pass = {}) {
+                    const Pass& pass = {}) {
   auto cpu = backend::make_cpu_backend();
   Network net(spec, *cpu, n);
   FVec p = params, g(params.size(), std::nanf(""));
@@ -205,19 +205,18 @@ double loss_at(const ModelSpec& spec, const FVec& params, const FVec& x, const s
 // A graph with every kind of wiring: fan-out into three consumers, residual add, concat, a view
 // (flatten) feeding a linear, batch norm, average pooling and smooth activations (so that
 // central differences are accurate).
-const char* kWiredGraph =
-    "c1 = conv2d(input) out=3 kernel=3 pad=1\n"
-    "t = tanh\n"
-    "c2 = conv2d(t) out=3 kernel=3 pad=1 bias=false\n"
-    "bn = batchnorm(c2)\n"
-    "s = add(bn, t, t)\n"
-    "g = gelu(s)\n"
-    "cat = concat(g, t)\n"
-    "p = avgpool2d(cat) kernel=2\n"
-    "sg = sigmoid\n"
-    "f = flatten\n"
-    "fc = linear out=classes\n"
-    "loss = softmax_cross_entropy(fc) label_smoothing=0.1\n";
+const char* kWiredGraph = "c1 = conv2d(input) out=3 kernel=3 pad=1\n"
+                          "t = tanh\n"
+                          "c2 = conv2d(t) out=3 kernel=3 pad=1 bias=false\n"
+                          "bn = batchnorm(c2)\n"
+                          "s = add(bn, t, t)\n"
+                          "g = gelu(s)\n"
+                          "cat = concat(g, t)\n"
+                          "p = avgpool2d(cat) kernel=2\n"
+                          "sg = sigmoid\n"
+                          "f = flatten\n"
+                          "fc = linear out=classes\n"
+                          "loss = softmax_cross_entropy(fc) label_smoothing=0.1\n";
 
 TEST(Network, GradientsOfAWiredGraphMatchFiniteDifferences) {
   const ModelSpec spec(ModelGraph::parse(kWiredGraph, "wired.model"), {1, 2, 6, 6}, 4);

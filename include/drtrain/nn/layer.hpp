@@ -109,8 +109,7 @@ class UnaryLayer : public Layer {
 
   virtual TensorShape output_shape(const TensorShape& in) const = 0;
   virtual void prepare(backend::Backend& /*device*/, const TensorShape& /*max_in*/, int /*index*/) {}
-  virtual void forward(backend::Backend& device, const Pass& pass, const TensorShape& in, const float* x,
-                       float* y) = 0;
+  virtual void forward(backend::Backend& device, const Pass& pass, const TensorShape& in, const float* x, float* y) = 0;
   virtual void backward(backend::Backend& device, const Pass& pass, const TensorShape& in, const float* x,
                         const float* y, const float* dy, float* dx) = 0;
 };

@@ -13,11 +13,11 @@
 namespace drt::nn {
 
 struct GraphNode {
-  std::string name;                           // unique; the prefix of its tensors ("conv1" -> "conv1.weight")
-  std::string kind;                           // linear, conv2d, batchnorm, relu, add, ...
-  std::vector<std::string> inputs;            // node names, or "input" (the data)
+  std::string name;                            // unique; the prefix of its tensors ("conv1" -> "conv1.weight")
+  std::string kind;                            // linear, conv2d, batchnorm, relu, add, ...
+  std::vector<std::string> inputs;             // node names, or "input" (the data)
   std::map<std::string, std::string> options;  // as written: "out" -> "16"
-  int line = 0;                               // in the model file (0: built in C++)
+  int line = 0;                                // in the model file (0: built in C++)
 };
 
 class ModelGraph {

@@ -78,14 +78,14 @@ class Network {
   backend::Backend& device_;
   int max_batch_;
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<int> consumers_;                  // per node: how many input slots read its output
-  std::vector<int> act_owner_;                  // per node: the node whose buffer holds its output, or kData
-  std::vector<backend::DeviceBuffer> act_;      // per node: its own buffer (empty when shared)
-  std::vector<backend::DeviceBuffer> grad_;     // gradient buffers, each of the largest activation
-  std::vector<int> dy_buffer_;                  // per node: the buffer of d(loss)/d(output)
-  std::vector<std::vector<GradTarget>> dx_;     // per node and input slot
-  backend::DeviceBuffer scratch_;               // for added gradients
-  std::size_t largest_ = 0;                     // floats of the largest activation at max_batch
+  std::vector<int> consumers_;               // per node: how many input slots read its output
+  std::vector<int> act_owner_;               // per node: the node whose buffer holds its output, or kData
+  std::vector<backend::DeviceBuffer> act_;   // per node: its own buffer (empty when shared)
+  std::vector<backend::DeviceBuffer> grad_;  // gradient buffers, each of the largest activation
+  std::vector<int> dy_buffer_;               // per node: the buffer of d(loss)/d(output)
+  std::vector<std::vector<GradTarget>> dx_;  // per node and input slot
+  backend::DeviceBuffer scratch_;            // for added gradients
+  std::size_t largest_ = 0;                  // floats of the largest activation at max_batch
   float* grads_ = nullptr;
   std::vector<std::pair<std::size_t, std::size_t>> ranges_;  // per layer, flat-space elements
   LayerHooks hooks_;

@@ -14,8 +14,8 @@ class Relu final : public UnaryLayer {
   void forward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, float* y) override {
     d.relu_forward(x, y, in.size());
   }
-  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float*, const float* y,
-                const float* dy, float* dx) override {
+  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float*, const float* y, const float* dy,
+                float* dx) override {
     if (dx) d.relu_backward(y, dy, dx, in.size());
   }
 };

@@ -46,16 +46,16 @@ class BatchNorm final : public UnaryLayer {
                       " has one value per channel, so no variance; use larger batches per tower"));
     float* new_mean = saved_.floats() + 2 * channels_;
     float* new_var = saved_.floats() + 3 * channels_;
-    d.batchnorm_forward_train(s, x, gamma, beta, eps_, y, saved_.floats(), saved_.floats() + channels_, momentum_,
-                              mean, var, new_mean, new_var);
+    d.batchnorm_forward_train(s, x, gamma, beta, eps_, y, saved_.floats(), saved_.floats() + channels_, momentum_, mean,
+                              var, new_mean, new_var);
     // The state's gradient: (new - current) * state_scale.
     float* delta = grads_ + 2 * channels_;
     const auto c = static_cast<std::size_t>(channels_);
     d.copy(delta, new_mean, 2 * c * sizeof(float));  // new_mean and new_var are adjacent, as are the state tensors
     d.axpby(-pass.state_scale, mean, pass.state_scale, delta, 2 * c);
   }
-  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*,
-                const float* dy, float* dx) override {
+  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*, const float* dy,
+                float* dx) override {
     d.batchnorm_backward(shape(in), x, dy, params_, saved_.floats(), saved_.floats() + channels_, eps_, dx, grads_,
                          grads_ + channels_);
   }

@@ -13,8 +13,8 @@ class Conv2d final : public UnaryLayer {
     if (o.in_channels < 1 || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.pad < 0 || o.groups < 1)
       throw ConfigError(str(describe(), ": channels, kernel, stride and groups must be positive, pad not negative"));
     if (o.in_channels % o.groups || o.out_channels % o.groups)
-      throw ConfigError(str(describe(), ": groups=", o.groups, " must divide both the input channels (",
-                            o.in_channels, ") and out=", o.out_channels));
+      throw ConfigError(str(describe(), ": groups=", o.groups, " must divide both the input channels (", o.in_channels,
+                            ") and out=", o.out_channels));
   }
   std::string describe() const override {
     return str("conv", o_.kernel, "x", o_.kernel, " ", o_.in_channels, "->", o_.out_channels,
@@ -26,7 +26,8 @@ class Conv2d final : public UnaryLayer {
     if (in.c != o_.in_channels)
       throw ConfigError(str(describe(), " takes ", o_.in_channels, " input channels, got ", in.str()));
     if (s.out_height() < 1 || s.out_width() < 1 || in.h + 2 * o_.pad < o_.kernel || in.w + 2 * o_.pad < o_.kernel)
-      throw ConfigError(str(describe(), " cannot take input ", in.str(), ": the kernel is larger than the padded image"));
+      throw ConfigError(
+          str(describe(), " cannot take input ", in.str(), ": the kernel is larger than the padded image"));
     return {in.n, o_.out_channels, s.out_height(), s.out_width()};
   }
   std::vector<ParamSpec> params() const override {
@@ -42,8 +43,8 @@ class Conv2d final : public UnaryLayer {
   void forward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, float* y) override {
     d.conv2d_forward(shape(in), x, params_, o_.bias ? params_ + weights() : nullptr, y, workspace_.floats());
   }
-  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*,
-                const float* dy, float* dx) override {
+  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*, const float* dy,
+                float* dx) override {
     d.conv2d_backward(shape(in), x, params_, dy, grads_, o_.bias ? grads_ + weights() : nullptr, dx,
                       workspace_.floats());
   }

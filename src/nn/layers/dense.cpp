@@ -26,8 +26,8 @@ class Linear final : public UnaryLayer {
     d.gemm(false, true, in.n, out_, in_, 1.0f, x, params_, 0.0f, y);
     if (bias_) d.add_bias_rows(y, params_ + weights(), in.n, out_);
   }
-  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*,
-                const float* dy, float* dx) override {
+  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, const float*, const float* dy,
+                float* dx) override {
     d.gemm(true, false, out_, in_, in.n, 1.0f, dy, x, 0.0f, grads_);  // dW = dy^T x
     if (bias_) d.bias_grad_rows(dy, grads_ + weights(), in.n, out_);
     if (dx) d.gemm(false, false, in.n, in_, out_, 1.0f, dy, params_, 0.0f, dx);  // dx = dy W

@@ -19,19 +19,17 @@ class Add final : public Layer {
   int arity() const override { return kAnyInputs; }
   TensorShape output_shape(const std::vector<TensorShape>& in) const override {
     for (const auto& s : in)
-      if (!s.same_sample(in.at(0)))
-        throw ConfigError(str("add needs inputs of one shape, got ", shapes_text(in)));
+      if (!s.same_sample(in.at(0))) throw ConfigError(str("add needs inputs of one shape, got ", shapes_text(in)));
     return in.at(0);
   }
-  void forward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in,
-               const std::vector<const float*>& x, float* y) override {
+  void forward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in, const std::vector<const float*>& x,
+               float* y) override {
     const std::size_t n = in[0].size();
     d.copy(y, x[0], n * sizeof(float));
     for (std::size_t i = 1; i < x.size(); ++i) d.axpby(1.0f, x[i], 1.0f, y, n);
   }
-  void backward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in,
-                const std::vector<const float*>&, const float*, const float* dy,
-                const std::vector<float*>& dx) override {
+  void backward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in, const std::vector<const float*>&,
+                const float*, const float* dy, const std::vector<float*>& dx) override {
     for (float* g : dx)
       if (g && g != dy) d.copy(g, dy, in[0].size() * sizeof(float));
   }
@@ -51,8 +49,8 @@ class Concat final : public Layer {
     }
     return out;
   }
-  void forward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in,
-               const std::vector<const float*>& x, float* y) override {
+  void forward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in, const std::vector<const float*>& x,
+               float* y) override {
     const std::size_t out_row = output_shape(in).per_sample();
     std::size_t at = 0;
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -61,9 +59,8 @@ class Concat final : public Layer {
       at += row;
     }
   }
-  void backward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in,
-                const std::vector<const float*>&, const float*, const float* dy,
-                const std::vector<float*>& dx) override {
+  void backward(backend::Backend& d, const Pass&, const std::vector<TensorShape>& in, const std::vector<const float*>&,
+                const float*, const float* dy, const std::vector<float*>& dx) override {
     const std::size_t out_row = output_shape(in).per_sample();
     std::size_t at = 0;
     for (std::size_t i = 0; i < dx.size(); ++i) {

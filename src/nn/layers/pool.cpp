@@ -56,8 +56,8 @@ class GlobalAvgPool final : public UnaryLayer {
   void forward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, float* y) override {
     d.global_avgpool_forward(x, y, planes(in), plane(in));
   }
-  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float*, const float*,
-                const float* dy, float* dx) override {
+  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float*, const float*, const float* dy,
+                float* dx) override {
     if (dx) d.global_avgpool_backward(dy, dx, planes(in), plane(in));
   }
 

@@ -25,8 +25,8 @@ class Flatten final : public UnaryLayer {
   void forward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, float* y) override {
     if (x != y) d.copy(y, x, in.size() * sizeof(float));
   }
-  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float*, const float*,
-                const float* dy, float* dx) override {
+  void backward(backend::Backend& d, const Pass&, const TensorShape& in, const float*, const float*, const float* dy,
+                float* dx) override {
     if (dx && dx != dy) d.copy(dx, dy, in.size() * sizeof(float));
   }
 };
