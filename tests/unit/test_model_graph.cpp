@@ -113,7 +113,7 @@ TEST(ModelGraph, BuiltInCppChecksLikeTheParser) {
   EXPECT_NE(m.find("input 'nope'"), std::string::npos) << m;
   g.add("fc", "linear", {}, {{"out", "classes"}});
   const ModelSpec spec(g, {1, 3, 9, 9}, 5);
-  EXPECT_EQ(spec.layout().find("fc.weight")->shape, (std::vector<std::int64_t>{5, 4 * 7 * 7}));
+  EXPECT_EQ(spec.layout().find("fc.weight")->shape, (std::vector<std::int64_t>{5, 196}));
 }
 
 // ---------------------------------------------------------------- presets
@@ -276,11 +276,14 @@ TEST(Network, BatchNormWritesTheRunningStatisticsUpdateScaled) {
   for (int c = 0; c < 2; ++c) {
     // Batch statistics in float64 over n samples x 3 positions.
     double sum = 0, sq = 0;
+    const auto at = [c](int s, int k) {
+      return static_cast<std::size_t>(s) * 6 + static_cast<std::size_t>(c) * 3 + static_cast<std::size_t>(k);
+    };
     for (int s = 0; s < n; ++s)
-      for (int k = 0; k < 3; ++k) sum += x[static_cast<std::size_t>(s * 6 + c * 3 + k)];
+      for (int k = 0; k < 3; ++k) sum += x[at(s, k)];
     const double mu = sum / 12;
     for (int s = 0; s < n; ++s)
-      for (int k = 0; k < 3; ++k) sq += std::pow(x[static_cast<std::size_t>(s * 6 + c * 3 + k)] - mu, 2);
+      for (int k = 0; k < 3; ++k) sq += std::pow(x[at(s, k)] - mu, 2);
     const double unbiased = sq / 11;
     const double r_mean = params[mean.offset + c], r_var = params[var.offset + c];
     EXPECT_NEAR(run.grads[mean.offset + c], 0.5 * 0.25 * (mu - r_mean), 1e-6) << c;
@@ -320,7 +323,7 @@ TEST(Network, DropoutIsTheSameWhateverTheTowerSplit) {
                                          "drop.model"),
                        {1, 1, 4, 4}, 3);
   const int n = 6;
-  const FVec x = normal(16 * n, 4);
+  const FVec x = normal(std::size_t{16} * n, 4);
   const std::vector<std::int32_t> y{0, 1, 2, 2, 1, 0};
   FVec params(spec.layout().total());
   spec.init_params(9, params.data());

@@ -36,21 +36,21 @@ class BatchNorm final : public UnaryLayer {
   }
   void forward(backend::Backend& d, const Pass& pass, const TensorShape& in, const float* x, float* y) override {
     const backend::BatchNormShape s = shape(in);
+    const auto c = static_cast<std::size_t>(channels_);
     const float* gamma = params_;
-    const float* beta = params_ + channels_;
-    const float* mean = params_ + 2 * channels_;
-    const float* var = params_ + 3 * channels_;
+    const float* beta = params_ + c;
+    const float* mean = params_ + 2 * c;
+    const float* var = params_ + 3 * c;
     if (!pass.training) return d.batchnorm_forward_infer(s, x, gamma, beta, mean, var, eps_, y);
     if (s.count() < 2)
       throw Error(str(describe(), ": a tower's batch of ", in.n, " sample(s) of ", in.h, "x", in.w,
                       " has one value per channel, so no variance; use larger batches per tower"));
-    float* new_mean = saved_.floats() + 2 * channels_;
-    float* new_var = saved_.floats() + 3 * channels_;
-    d.batchnorm_forward_train(s, x, gamma, beta, eps_, y, saved_.floats(), saved_.floats() + channels_, momentum_, mean,
-                              var, new_mean, new_var);
+    float* new_mean = saved_.floats() + 2 * c;
+    float* new_var = saved_.floats() + 3 * c;
+    d.batchnorm_forward_train(s, x, gamma, beta, eps_, y, saved_.floats(), saved_.floats() + c, momentum_, mean, var,
+                              new_mean, new_var);
     // The state's gradient: (new - current) * state_scale.
-    float* delta = grads_ + 2 * channels_;
-    const auto c = static_cast<std::size_t>(channels_);
+    float* delta = grads_ + 2 * c;
     d.copy(delta, new_mean, 2 * c * sizeof(float));  // new_mean and new_var are adjacent, as are the state tensors
     d.axpby(-pass.state_scale, mean, pass.state_scale, delta, 2 * c);
   }

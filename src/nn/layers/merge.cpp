@@ -9,6 +9,7 @@ namespace {
 
 std::string shapes_text(const std::vector<TensorShape>& in) {
   std::vector<std::string> parts;
+  parts.reserve(in.size());
   for (const auto& s : in) parts.push_back(s.str());
   return join(parts, ", ");
 }
