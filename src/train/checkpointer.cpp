@@ -305,7 +305,7 @@ void Checkpointer::start_async(std::int64_t step) {
                                                     server_.optimizer().slot_names(), range.begin, range.end);
   // Test-only (core/test_faults.hpp): a slow file system; a full one on the last PS.
   SnapshotWriter::Faults faults;
-  if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 3.0;
+  if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 6.0;
   faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
   writer_.start(std::move(parts), live_view(),
                 faults);  // the snapshot: the serve loop may change the shard from here on
