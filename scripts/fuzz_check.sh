@@ -41,7 +41,7 @@ ASAN_OPTIONS=detect_leaks=0 "$DRT_BUILD/fuzz/make_checkpoint_seeds" "$generated"
 # Runs fuzz_$1 for $seconds in total. A crash inside libhdf5 itself (fuzz/triage.py: libhdf5
 # 1.10 has known crashes on malformed files) is a known library limitation: its input is moved to
 # build-fuzz/fuzz-artifacts/<target>/known-libhdf5/ and the run goes on from the corpus. Any other
-# finding fails the check.
+# finding fails the check, unless the input run by itself crashes inside libhdf5 (see below).
 fuzz_target() {
   local t=$1 corpus="$DRT_BUILD/fuzz-corpus/$1" artifacts="$DRT_BUILD/fuzz-artifacts/$1"
   local seeds=("$DRT_ROOT/fuzz/corpus/$t") deadline=$((SECONDS + seconds)) runs=0 execs=0 known=0 log unit n
@@ -59,7 +59,12 @@ fuzz_target() {
     fi
     n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log"); execs=$((execs + ${n:-0}))
     unit=$(sed -n 's/.*Test unit written to //p' "$log" | tail -n 1)
-    if [ -n "$unit" ] && /usr/bin/python3 "$DRT_ROOT/fuzz/triage.py" "$log" >"$log.triage"; then
+    # Triage the report, or else the input's report when it runs alone: in a long run ASan may
+    # describe a chunk libhdf5 freed by the drtrain allocation that reused it, which a run of the
+    # input by itself does not.
+    if [ -n "$unit" ] && { /usr/bin/python3 "$DRT_ROOT/fuzz/triage.py" "$log" >"$log.triage" ||
+         { ! "$DRT_BUILD/fuzz/fuzz_$t" "$unit" >"$log.alone" 2>&1 &&
+           /usr/bin/python3 "$DRT_ROOT/fuzz/triage.py" "$log.alone" >>"$log.triage"; }; }; then
       known=$((known + 1))
       mkdir -p "$artifacts/known-libhdf5"
       mv "$unit" "$artifacts/known-libhdf5/" && mv "$log" "$artifacts/known-libhdf5/$(basename "$unit").log"
