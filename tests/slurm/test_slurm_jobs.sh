@@ -16,7 +16,8 @@ for tool in munged slurmctld slurmd sbatch scontrol srun; do
   fi
 done
 drtrain="$bin/drtrain"
-if ldd "$drtrain" | grep -q libmpich; then mpi=pmi2 flavour=MPICH; else mpi=pmix flavour="Open MPI"; fi
+# (not grep -q: it exits at the first match, ldd then dies of SIGPIPE and pipefail fails the test)
+if ldd "$drtrain" | grep libmpich >/dev/null; then mpi=pmi2 flavour=MPICH; else mpi=pmix flavour="Open MPI"; fi
 echo "testing the jobs/ scripts with $drtrain ($flavour, srun --mpi=$mpi)"
 
 rm -rf "$work"
@@ -81,7 +82,7 @@ scancel --batch --signal=USR1 "$id"
 # Slurm holds a requeued job back for a couple of minutes (BeginTime); once it is pending again,
 # let it start sooner, but not at once: slurmd still holds the first run's revoked credential for
 # a moment and refuses a start right away ("Job credential revoked").
-for _ in $(seq 1 200); do scontrol show job "$id" | grep -q "JobState=PENDING" && break; sleep 0.1; done
+for _ in $(seq 1 200); do scontrol show job "$id" | grep "JobState=PENDING" >/dev/null && break; sleep 0.1; done
 scontrol update JobId="$id" StartTime=now+10 > /dev/null 2>&1
 state=$(wait_job "$id")
 if [[ $state != *COMPLETED* ]]; then
