@@ -81,8 +81,7 @@ void ModelGraph::check_node(const GraphNode& node) const {
           str(at, "'", node.name, "' is defined twice", n.line ? str(" (first on line ", n.line, ")") : ""));
   const kinds::KindSpec* spec = kinds::find(node.kind);
   if (!spec) throw ConfigError(str(at, "unknown layer kind '", node.kind, "'; kinds: ", kinds::names()));
-  if (!nodes_.empty() && nodes_.back().kind == kinds::kLoss)
-    throw ConfigError(str(at, "nothing may follow the ", kinds::kLoss, " line"));
+  if (loss_given_) throw ConfigError(str(at, "nothing may follow the ", kinds::kLoss, " line"));
   if (spec->arity == 1 && node.inputs.size() != 1)
     throw ConfigError(str(at, node.kind, " takes one input, got ", node.inputs.size()));
   if (spec->arity == Layer::kAnyInputs && node.inputs.size() < 2)
@@ -102,16 +101,22 @@ void ModelGraph::check_node(const GraphNode& node) const {
 
 ModelGraph& ModelGraph::add(const std::string& name, const std::string& kind, std::vector<std::string> inputs,
                             std::map<std::string, std::string> options) {
-  GraphNode node{name, kind, std::move(inputs), std::move(options), 0};
+  append(GraphNode{name, kind, std::move(inputs), std::move(options), 0});
+  return *this;
+}
+
+void ModelGraph::append(GraphNode node) {
   if (node.inputs.empty()) node.inputs.push_back(nodes_.empty() ? kInput : nodes_.back().name);
   check_node(node);
-  if (kind == kinds::kLoss) {
-    const kinds::Options o(*kinds::find(kind), node, 0, where(node));
-    set_label_smoothing(o.real("label_smoothing"));
-    return *this;  // not a layer
+  if (node.kind != kinds::kLoss) {
+    nodes_.push_back(std::move(node));
+    return;
   }
-  nodes_.push_back(std::move(node));
-  return *this;
+  // The loss is not a layer: it sets the label smoothing of the softmax cross-entropy.
+  const double s = kinds::Options(*kinds::find(node.kind), node, 0, where(node)).real("label_smoothing");
+  if (!(s >= 0.0 && s < 1.0)) throw ConfigError(str(where(node), "label_smoothing=", s, " must be in [0, 1)"));
+  label_smoothing_ = s;
+  loss_given_ = true;
 }
 
 ModelGraph& ModelGraph::set_label_smoothing(double s) {
@@ -125,13 +130,11 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
   g.origin_ = origin;
   std::istringstream in(text);
   int number = 0;
-  bool loss_seen = false;
   for (std::string raw; std::getline(in, raw);) {
     ++number;
     const std::string line = trim(raw.substr(0, raw.find('#')));
     if (line.empty()) continue;
     const std::string at = str(origin, ":", number, ": ");
-    if (loss_seen) throw ConfigError(str(at, "nothing may follow the ", kinds::kLoss, " line"));
     if (line.rfind("model ", 0) == 0 || line == "model") {
       const std::string name = trim(line.substr(5));
       if (!g.nodes_.empty() || name.empty() || name.find_first_of(" \t") != std::string::npos)
@@ -167,7 +170,6 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
       }
       rest = trim(rest.substr(close + 1));
     }
-    if (node.inputs.empty()) node.inputs.push_back(g.nodes_.empty() ? kInput : g.nodes_.back().name);
     std::istringstream opts(rest);
     for (std::string item; opts >> item;) {
       const std::size_t e = item.find('=');
@@ -177,16 +179,7 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
       if (node.options.count(key)) throw ConfigError(str(at, "option ", key, " is given twice"));
       node.options[key] = item.substr(e + 1);
     }
-    g.check_node(node);
-    if (node.kind == kinds::kLoss) {
-      const kinds::Options o(*kinds::find(node.kind), node, 0, at);
-      const double s = o.real("label_smoothing");
-      if (!(s >= 0.0 && s < 1.0)) throw ConfigError(str(at, "label_smoothing=", s, " must be in [0, 1)"));
-      g.label_smoothing_ = s;
-      loss_seen = true;
-      continue;
-    }
-    g.nodes_.push_back(std::move(node));
+    g.append(std::move(node));
   }
   if (g.nodes_.empty()) throw ConfigError(str(origin, ": the model has no layers"));
   return g;

@@ -57,11 +57,15 @@ class ModelGraph {
 
  private:
   void check_node(const GraphNode& node) const;  // kinds, options, inputs, names
+  // Checks and appends a node (its input defaults to the node above); the loss node sets the
+  // label smoothing instead.
+  void append(GraphNode node);
 
   std::string name_;
   std::string origin_;
   std::vector<GraphNode> nodes_;
   double label_smoothing_ = 0.0;
+  bool loss_given_ = false;  // the softmax_cross_entropy node was given: nothing may follow
 };
 
 }  // namespace drt::nn
