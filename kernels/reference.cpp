@@ -1,16 +1,20 @@
 // CPU references of drtrain's kernels (include/drtrain/kernels/reference.hpp): loops over the
 // per-element rules that the CUDA kernels apply too. The CPU backend and the PS optimizers call
-// these, so the GPU tests compare the kernels against the code the CPU path runs.
+// these, so the GPU tests compare the kernels against the code the CPU path runs. The loops over
+// whole arrays are built for the CPU's vector width (DRT_SIMD_CLONES; every clone gives bitwise
+// the same result).
 #include "drtrain/kernels/reference.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/simd_clones.hpp"
 #include "drtrain/core/strings.hpp"
 
 namespace drt::kernels::ref {
 
+DRT_SIMD_CLONES
 void add_bias_rows(float* y, const float* bias, int rows, int cols) {
   for (int r = 0; r < rows; ++r) {
     float* row = y + static_cast<std::size_t>(r) * cols;
@@ -18,6 +22,7 @@ void add_bias_rows(float* y, const float* bias, int rows, int cols) {
   }
 }
 
+DRT_SIMD_CLONES
 void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols) {
   std::fill(grad_bias, grad_bias + cols, 0.0f);
   for (int r = 0; r < rows; ++r) {
@@ -26,18 +31,22 @@ void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols) {
   }
 }
 
+DRT_SIMD_CLONES
 void relu_forward(const float* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = relu(x[i]);
 }
 
+DRT_SIMD_CLONES
 void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dx[i] = relu_grad(y[i], dy[i]);
 }
 
+DRT_SIMD_CLONES
 void axpby(float a, const float* x, float b, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = a * x[i] + b * y[i];
 }
 
+DRT_SIMD_CLONES
 void scale(float a, float* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= a;
 }
@@ -98,6 +107,7 @@ void dropout_forward(std::uint64_t key, std::int64_t first_sample, int rows, std
   }
 }
 
+DRT_SIMD_CLONES
 void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy, const std::uint8_t* mask, float* dx) {
   const float kept = 1.0f / (1.0f - p);
   const std::size_t n = static_cast<std::size_t>(rows) * per_sample;
@@ -106,6 +116,7 @@ void dropout_backward(int rows, std::size_t per_sample, float p, const float* dy
 
 // The coefficients are copied to locals so the compiler knows the arrays cannot alias them and
 // vectorises the loops.
+DRT_SIMD_CLONES
 void sgd_update(const SgdCoefficients& coefficients, float* __restrict params, const float* __restrict grad,
                 float grad_scale, float* __restrict momentum, std::size_t n) {
   const SgdCoefficients c = coefficients;
@@ -117,16 +128,19 @@ void sgd_update(const SgdCoefficients& coefficients, float* __restrict params, c
   for (std::size_t i = 0; i < n; ++i) sgd_update(c, params[i], grad[i], grad_scale, momentum[i]);
 }
 
+DRT_SIMD_CLONES
 void adam_update(const AdamCoefficients& coefficients, float* __restrict params, const float* __restrict grad,
                  float grad_scale, float* __restrict exp_avg, float* __restrict exp_avg_sq, std::size_t n) {
   const AdamCoefficients c = coefficients;
   for (std::size_t i = 0; i < n; ++i) adam_update(c, params[i], grad[i], grad_scale, exp_avg[i], exp_avg_sq[i]);
 }
 
+DRT_SIMD_CLONES
 void float_to_bf16(const float* x, std::uint16_t* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = float_to_bf16_bits(x[i]);
 }
 
+DRT_SIMD_CLONES
 void bf16_to_float(const std::uint16_t* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = bf16_bits_to_float(x[i]);
 }

@@ -1,8 +1,9 @@
 // The CPU backend. GEMMs go to OpenBLAS (cblas_sgemm, threads set per process); convolution to
 // oneDNN (onednn_conv.hpp) when built with it, else im2col + GEMM over groups of images (chosen
 // by measuring both against PyTorch, see bench/RESULTS.md); everything else is plain loops the
-// compiler vectorises (pooling: cpu_pooling.hpp, batch norm: cpu_batchnorm.hpp, elementwise:
-// the kernels' CPU references).
+// compiler vectorises for the CPU's widest units (core/simd_clones.hpp) and splits over the
+// threads (cpu_parallel.hpp): pooling in cpu_pooling.hpp, batch norm in cpu_batchnorm.hpp,
+// elementwise the kernels' CPU references.
 #include <cblas.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/kernels/reference.hpp"
 #include "cpu_batchnorm.hpp"
+#include "cpu_parallel.hpp"
 #include "cpu_pooling.hpp"
 #include "im2col.hpp"
 #if DRT_HAVE_ONEDNN
@@ -119,9 +121,12 @@ class CpuBackend final : public Backend {
   void bias_grad_rows(const float* dy, float* grad_bias, int rows, int cols) override {
     kernels::ref::bias_grad_rows(dy, grad_bias, rows, cols);
   }
-  void relu_forward(const float* x, float* y, std::size_t n) override { kernels::ref::relu_forward(x, y, n); }
+  void relu_forward(const float* x, float* y, std::size_t n) override {
+    cpu::parallel_ranges(n, [&](std::size_t b, std::size_t e) { kernels::ref::relu_forward(x + b, y + b, e - b); });
+  }
   void relu_backward(const float* y, const float* dy, float* dx, std::size_t n) override {
-    kernels::ref::relu_backward(y, dy, dx, n);
+    cpu::parallel_ranges(
+        n, [&](std::size_t b, std::size_t e) { kernels::ref::relu_backward(y + b, dy + b, dx + b, e - b); });
   }
   void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
     switch (f) {
@@ -280,7 +285,10 @@ class CpuBackend final : public Backend {
     loss_.correct += sums.correct;
   }
   LossSums take_loss_sums() override { return std::exchange(loss_, LossSums{}); }
-  void axpby(float a, const float* x, float b, float* y, std::size_t n) override { kernels::ref::axpby(a, x, b, y, n); }
+  void axpby(float a, const float* x, float b, float* y, std::size_t n) override {
+    cpu::parallel_ranges(n,
+                         [&](std::size_t lo, std::size_t hi) { kernels::ref::axpby(a, x + lo, b, y + lo, hi - lo); });
+  }
 
  private:
   LossSums loss_;

@@ -3,60 +3,121 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/simd_clones.hpp"
 #include "drtrain/core/strings.hpp"
+#include "cpu_parallel.hpp"
 
 namespace drt::backend::cpu {
 namespace {
 
-// Channel c of sample n is the contiguous block x + (n * channels + c) * spatial. The passes walk
-// the blocks in memory order (sample-major), which suits both large images and spatial = 1.
-template <typename Fn>
-void for_each_block(const BatchNormShape& s, Fn&& fn) {
-  const auto spatial = static_cast<std::size_t>(s.spatial);
-  for (int n = 0; n < s.batch; ++n)
-    for (int c = 0; c < s.channels; ++c)
-      fn(c,
-         (static_cast<std::size_t>(n) * static_cast<std::size_t>(s.channels) + static_cast<std::size_t>(c)) * spatial);
-}
-
-// Two sums over a block, sum_i a_i and sum_i a_i * b_i with a_i = u[i] - u_shift and b_i =
-// v[i] - v_shift, in double and in kLanes independent partial sums: one running sum would chain
-// every addition to the previous one (and the compiler may not reassociate it).
+// Two sums over one channel, sum_i a_i and sum_i a_i * b_i with a_i = u[i] - u_shift and
+// b_i = v[i] - v_shift.
 struct Sums {
   double first = 0.0, second = 0.0;
 };
-void add_sums(const float* u, double u_shift, const float* v, double v_shift, std::size_t n, Sums& out) {
-  constexpr std::size_t kLanes = 8;
-  double a[kLanes] = {}, b[kLanes] = {};
-  std::size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
+
+// Float lanes, added into double every kRun values: a channel's values are summed in float in
+// kLanes independent partial sums (one AVX-512 register, written as a GCC vector so that the
+// compiler keeps it in registers; one running sum would chain every addition to the previous
+// one, and the compiler may not reassociate), and the lanes are added into double whenever
+// kRun values have gone in since the last time. A lane so adds up about kRun / kLanes = 32 values
+// in float, which loses nothing that matters, while the loop runs at the full float vector width
+// (double lanes would halve it) and small maps (7x7) do not pay a reduction per block.
+constexpr std::size_t kLanes = 16, kRun = 512;
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+// The sums of one channel: its block of spatial values in each of `batch` samples, stride apart.
+DRT_SIMD_CLONES
+Sums one_channel_sums(const float* u, float u_shift, const float* v, float v_shift, std::size_t spatial,
+                      std::size_t stride, int batch) {
+  Sums out;
+  Lanes la = {}, lb = {};
+  std::size_t pending = 0;  // values in la and lb
+  const auto flush = [&] {
+    double sa = 0.0, sb = 0.0;
     for (std::size_t l = 0; l < kLanes; ++l) {
-      const double du = static_cast<double>(u[i + l]) - u_shift;
-      a[l] += du;
-      b[l] += du * (static_cast<double>(v[i + l]) - v_shift);
+      sa += la[l];
+      sb += lb[l];
     }
-  for (; i < n; ++i) {
-    const double du = static_cast<double>(u[i]) - u_shift;
-    a[0] += du;
-    b[0] += du * (static_cast<double>(v[i]) - v_shift);
+    out.first += sa;
+    out.second += sb;
+    la = Lanes{};
+    lb = Lanes{};
+    pending = 0;
+  };
+  for (int n = 0; n < batch; ++n) {
+    const float* a = u + static_cast<std::size_t>(n) * stride;
+    const float* b = v + static_cast<std::size_t>(n) * stride;
+    for (std::size_t at = 0; at < spatial;) {
+      const std::size_t end = std::min(spatial, at + (kRun - pending));
+      std::size_t i = at;
+      for (; i + kLanes <= end; i += kLanes) {
+        Lanes x, y;  // unaligned loads
+        std::memcpy(&x, a + i, sizeof x);
+        std::memcpy(&y, b + i, sizeof y);
+        const Lanes du = x - u_shift;
+        la += du;
+        lb += du * (y - v_shift);
+      }
+      for (; i < end; ++i) {
+        const float du = a[i] - u_shift;
+        la[0] += du;
+        lb[0] += du * (b[i] - v_shift);
+      }
+      pending += end - at;
+      at = end;
+      if (pending >= kRun) flush();
+    }
   }
-  for (std::size_t l = 0; l < kLanes; ++l) {
-    out.first += a[l];
-    out.second += b[l];
-  }
+  flush();
+  return out;
 }
 
-// y = (x - mean) * scale + beta per channel, for both forward modes.
+// The sums of every channel, one channel per task (so the result does not depend on the number
+// of threads).
+std::vector<Sums> channel_sums(const BatchNormShape& s, const float* u, const std::vector<float>& u_shift,
+                               const float* v, const std::vector<float>& v_shift) {
+  const auto spatial = static_cast<std::size_t>(s.spatial);
+  const auto channels = static_cast<std::size_t>(s.channels);
+  std::vector<Sums> sums(channels);
+  parallel_for(channels, s.count() * channels, [&](std::size_t c) {
+    sums[c] = one_channel_sums(u + c * spatial, u_shift[c], v + c * spatial, v_shift[c], spatial, channels * spatial,
+                               s.batch);
+  });
+  return sums;
+}
+
+// Calls fn(c, offset) for every (sample, channel) block, the blocks split over the threads.
+template <typename Fn>
+void for_each_block(const BatchNormShape& s, Fn&& fn) {
+  const auto spatial = static_cast<std::size_t>(s.spatial);
+  const auto channels = static_cast<std::size_t>(s.channels);
+  parallel_for(static_cast<std::size_t>(s.batch) * channels, s.count() * channels,
+               [&](std::size_t block) { fn(block % channels, block * spatial); });
+}
+
+// y = (x - mean) * scale + beta over one block.
+DRT_SIMD_CLONES
+void normalise_block(const float* x, float mean, float scale, float beta, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * scale + beta;
+}
+
+// dx = k * (dy - mean_dy - (x - mean) * coef) over one block.
+DRT_SIMD_CLONES
+void input_grad_block(const float* x, const float* dy, float mean, float k, float mean_dy, float coef, float* dx,
+                      std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = k * (dy[i] - mean_dy - (x[i] - mean) * coef);
+}
+
 void normalise(const BatchNormShape& s, const float* x, const std::vector<float>& mean, const std::vector<float>& scale,
                const float* beta, float* y) {
   const auto spatial = static_cast<std::size_t>(s.spatial);
-  for_each_block(s, [&](int c, std::size_t at) {
-    const float m = mean[c], k = scale[c], b = beta[c];
-    for (std::size_t i = at; i < at + spatial; ++i) y[i] = (x[i] - m) * k + b;
-  });
+  for_each_block(
+      s, [&](std::size_t c, std::size_t at) { normalise_block(x + at, mean[c], scale[c], beta[c], y + at, spatial); });
 }
 
 }  // namespace
@@ -73,10 +134,9 @@ void batchnorm_forward_train(const BatchNormShape& s, const float* x, const floa
                     " x spatial ", s.spatial, ")"));
   const auto spatial = static_cast<std::size_t>(s.spatial);
   const auto channels = static_cast<std::size_t>(s.channels);
-  std::vector<double> shift(channels);
-  for (std::size_t c = 0; c < channels; ++c) shift[c] = count ? x[c * spatial] : 0.0;
-  std::vector<Sums> sums(channels);
-  for_each_block(s, [&](int c, std::size_t at) { add_sums(x + at, shift[c], x + at, shift[c], spatial, sums[c]); });
+  std::vector<float> shift(channels);
+  for (std::size_t c = 0; c < channels; ++c) shift[c] = count ? x[c * spatial] : 0.0f;
+  const std::vector<Sums> sums = channel_sums(s, x, shift, x, shift);
   std::vector<float> mean(channels), scale(channels);
   const auto n = static_cast<double>(count);
   for (std::size_t c = 0; c < channels; ++c) {
@@ -111,10 +171,8 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
                         const float* save_mean, const float* save_inv_std, float* dx, float* dgamma, float* dbeta) {
   const auto spatial = static_cast<std::size_t>(s.spatial);
   const auto channels = static_cast<std::size_t>(s.channels);
-  std::vector<Sums> sums(channels);  // first: sum dy; second: sum dy * (x - mean)
-  for_each_block(s, [&](int c, std::size_t at) {
-    add_sums(dy + at, 0.0, x + at, static_cast<double>(save_mean[c]), spatial, sums[c]);
-  });
+  const std::vector<float> zero(channels, 0.0f), mean(save_mean, save_mean + channels);
+  const std::vector<Sums> sums = channel_sums(s, dy, zero, x, mean);  // sum dy, sum dy * (x - mean)
   const auto n = static_cast<double>(s.count());
   std::vector<float> k(channels), mean_dy(channels), coef(channels);
   for (std::size_t c = 0; c < channels; ++c) {
@@ -126,9 +184,8 @@ void batchnorm_backward(const BatchNormShape& s, const float* x, const float* dy
     coef[c] = static_cast<float>(inv_std * dg / n);
   }
   if (!dx) return;
-  for_each_block(s, [&](int c, std::size_t at) {
-    const float m = save_mean[c], kc = k[c], md = mean_dy[c], cc = coef[c];
-    for (std::size_t i = at; i < at + spatial; ++i) dx[i] = kc * (dy[i] - md - (x[i] - m) * cc);
+  for_each_block(s, [&](std::size_t c, std::size_t at) {
+    input_grad_block(x + at, dy + at, mean[c], k[c], mean_dy[c], coef[c], dx + at, spatial);
   });
 }
 

@@ -1,5 +1,6 @@
 // Batch normalisation for the CPU backend (internal): the three Backend calls (backend.hpp) in
-// plain loops, with every per-channel sum taken in double.
+// loops built for the CPU's vector width (DRT_SIMD_CLONES) and split over the threads; per-channel
+// sums in float runs added up in double (cpu_batchnorm.cpp).
 #pragma once
 
 #include "drtrain/backend/backend.hpp"

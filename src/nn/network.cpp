@@ -36,7 +36,9 @@ std::vector<TensorShape> Network::input_shapes(std::size_t node, int n) const {
 // input's, and an in-place layer (ReLU, dropout, ...) takes over its input's buffer when nothing
 // else reads that input: one consumer, a producer whose backward does not read its output, and
 // not the caller's data. Gradients: a pool of buffers, planned by walking backward once; a
-// buffer is free again once its node's backward has read it.
+// buffer is free again once its node's backward has read it. An in-place, view or add node hands
+// its own output gradient's buffer to one input of a single consumer, which saves a copy (add)
+// or lets backward write dx over dy.
 void Network::plan_buffers() {
   const auto& wiring = spec_.wiring();
   const std::size_t nodes = layers_.size();
@@ -92,7 +94,9 @@ void Network::plan_buffers() {
         const bool fresh =
             dy_buffer_[pi] < 0 && std::find(assigned_here.begin(), assigned_here.end(), p) == assigned_here.end();
         if (fresh) {
-          const bool over_dy = (layer.in_place() || layer.is_view()) && consumers_[pi] == 1;
+          // At most one input takes dy's buffer over: two would share one gradient buffer.
+          const bool over_dy =
+              !aliased && (layer.in_place() || layer.is_view() || layer.passes_gradient()) && consumers_[pi] == 1;
           dy_buffer_[pi] = over_dy ? dy : take();
           aliased = aliased || over_dy;
           assigned_here.push_back(p);

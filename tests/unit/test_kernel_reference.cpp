@@ -429,5 +429,45 @@ TEST(KernelReference, AxpbyAndScale) {
   EXPECT_EQ(y[0], 39.0f);
 }
 
+// The array loops run the clone built for this CPU (AVX-512 or AVX2 where there is one,
+// core/simd_clones.hpp); this file is built for baseline x86-64, which has no fused multiply-add.
+// Bitwise equality with the per-element rules applied here shows the clone computes what the
+// baseline clone computes (without -ffp-contract=off the AVX clones fuse a * b + c and differ).
+std::vector<std::uint32_t> bits_of(const std::vector<float>& x) {
+  std::vector<std::uint32_t> b(x.size());
+  std::transform(x.begin(), x.end(), b.begin(), to_bits);
+  return b;
+}
+
+TEST(KernelReference, ArrayLoopsEqualTheirPerElementRulesBitwise) {
+  const std::size_t n = 1003;  // whole vectors and a tail
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> p0(n), g(n), m0(n), v0(n);
+  for (std::size_t i = 0; i < n; ++i)
+    p0[i] = dist(rng), g[i] = dist(rng), m0[i] = dist(rng), v0[i] = std::abs(dist(rng));
+  const float grad_scale = 0.37f;
+  for (bool nesterov : {false, true}) {
+    SgdCoefficients c;
+    c.lr = 0.0731f, c.weight_decay = 0.0013f, c.momentum = 0.9f, c.nesterov = nesterov;
+    std::vector<float> p = p0, m = m0, p_rule = p0, m_rule = m0;
+    ref::sgd_update(c, p.data(), g.data(), grad_scale, m.data(), n);
+    for (std::size_t i = 0; i < n; ++i) sgd_update(c, p_rule[i], g[i], grad_scale, m_rule[i]);
+    EXPECT_EQ(bits_of(p), bits_of(p_rule)) << "sgd, nesterov " << nesterov;
+    EXPECT_EQ(bits_of(m), bits_of(m_rule)) << "sgd momentum, nesterov " << nesterov;
+  }
+  AdamCoefficients c;
+  c.l2 = 0.01f, c.shrink = 0.999f, c.step_size = 0.0123f, c.inv_sqrt_bias2 = 1.7f;
+  std::vector<float> p = p0, m = m0, v = v0, p_rule = p0, m_rule = m0, v_rule = v0;
+  ref::adam_update(c, p.data(), g.data(), grad_scale, m.data(), v.data(), n);
+  for (std::size_t i = 0; i < n; ++i) adam_update(c, p_rule[i], g[i], grad_scale, m_rule[i], v_rule[i]);
+  EXPECT_EQ(bits_of(p), bits_of(p_rule)) << "adam";
+  EXPECT_EQ(bits_of(v), bits_of(v_rule)) << "adam second moment";
+  std::vector<float> y = m0, y_rule = m0;
+  ref::axpby(0.3f, g.data(), -1.7f, y.data(), n);
+  for (std::size_t i = 0; i < n; ++i) y_rule[i] = 0.3f * g[i] + -1.7f * y_rule[i];
+  EXPECT_EQ(bits_of(y), bits_of(y_rule)) << "axpby";
+}
+
 }  // namespace
 }  // namespace drt::kernels

@@ -66,6 +66,9 @@ class Layer {
   virtual bool in_place() const { return false; }
   // True when y is x, unchanged, under another shape (flatten): y always shares x's buffer.
   virtual bool is_view() const { return false; }
+  // True when the gradient of every input is dy itself (add): the network may then hand dy's
+  // buffer to one input as its gradient instead of a copy (backward skips a dx that is dy).
+  virtual bool passes_gradient() const { return false; }
   // True when backward reads this layer's output y, so that an in-place layer after it must not
   // overwrite it (max pooling, tanh, sigmoid).
   virtual bool keeps_output() const { return false; }

@@ -18,6 +18,7 @@ class Add final : public Layer {
  public:
   std::string describe() const override { return "add"; }
   int arity() const override { return kAnyInputs; }
+  bool passes_gradient() const override { return true; }
   TensorShape output_shape(const std::vector<TensorShape>& in) const override {
     for (const auto& s : in)
       if (!s.same_sample(in.at(0))) throw ConfigError(str("add needs inputs of one shape, got ", shapes_text(in)));
