@@ -1,7 +1,7 @@
 // drtrain-data: make, inspect and check data sets in drtrain's HDF5 format (docs/DATA_FORMAT.md).
 //   drtrain-data convert --idx DIR OUT.h5 [options]            MNIST-style IDX pairs (train-*, t10k-*)
 //   drtrain-data convert --npy X.npy Y.npy [--test-npy X Y] [--layout NCHW|NHWC] OUT.h5 [options]
-//       options: --classes K, --class-names A,B,..., --normalize, --compress LEVEL
+//       options: --classes K, --class-names A,B,..., --normalize, --compress LEVEL, --chunk-kib K
 //   drtrain-data info FILE                                     header, storage, samples per class
 //   drtrain-data verify FILE                                   reads every chunk and label back
 //   drtrain-data synth OUT.h5 --count N --shape C,H,W [...]    a synthetic set of any size
@@ -37,11 +37,12 @@ constexpr const char* kUsage =
     "       drtrain-data convert --npy TRAIN_X.npy TRAIN_Y.npy [--test-npy X.npy Y.npy] [--layout NCHW|NHWC] OUT.h5 "
     "[options]\n"
     "           options: --classes K (default: largest label + 1), --class-names A,B,...,\n"
-    "                    --normalize (store the train split's per-channel mean/std), --compress LEVEL (gzip 1-9)\n"
+    "                    --normalize (store the train split's per-channel mean/std), --compress LEVEL (gzip 1-9),\n"
+    "                    --chunk-kib K (image chunks of about K KiB, default 256)\n"
     "       drtrain-data info FILE\n"
     "       drtrain-data verify FILE\n"
     "       drtrain-data synth OUT.h5 --count N --shape C,H,W [--classes K] [--test-count M] [--dtype uint8|float32]\n"
-    "                          [--layout NCHW|NHWC] [--seed S] [--normalize] [--compress LEVEL]\n"
+    "                          [--layout NCHW|NHWC] [--seed S] [--normalize] [--compress LEVEL] [--chunk-kib K]\n"
     "       drtrain-data bench FILE [--split train|test] [--batch B] [--seconds S] [--cache-mib M] [--cold] [--seed "
     "S]\n"
     "The format: docs/DATA_FORMAT.md. Exit status: 0 fine, 1 a bad file, 2 bad usage.\n";
@@ -113,6 +114,7 @@ ConvertOptions convert_options(const Args& a) {
   o.class_names = a.value("--class-names");
   o.normalize = a.has("--normalize");
   o.compress_level = static_cast<int>(a.number("--compress", 0, 0, 9));
+  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 256, 1, 1 << 20)) << 10;
   return o;
 }
 
@@ -136,7 +138,8 @@ int convert(int argc, char** argv) {
                 {"--classes", 1},
                 {"--class-names", 1},
                 {"--normalize", 0},
-                {"--compress", 1}});
+                {"--compress", 1},
+                {"--chunk-kib", 1}});
   if (a.has("--idx") == a.has("--npy")) throw UsageError("convert takes --idx DIR or --npy X.npy Y.npy");
   if (a.positional.size() != 1) throw UsageError("convert writes one file: give OUT.h5 once");
   const std::string out = a.positional[0];
@@ -284,7 +287,8 @@ int synth(int argc, char** argv) {
                 {"--layout", 1},
                 {"--seed", 1},
                 {"--normalize", 0},
-                {"--compress", 1}});
+                {"--compress", 1},
+                {"--chunk-kib", 1}});
   if (a.positional.size() != 1) throw UsageError("synth writes one file: give OUT.h5 once");
   if (!a.has("--count") || !a.has("--shape")) throw UsageError("synth needs --count N and --shape C,H,W");
   SyntheticOptions o;
@@ -297,6 +301,7 @@ int synth(int argc, char** argv) {
   o.classes = a.number("--classes", 10, 1, 2147483647);
   o.seed = static_cast<std::uint64_t>(a.number("--seed", 1, 0, std::numeric_limits<long long>::max()));
   o.compress_level = static_cast<int>(a.number("--compress", 0, 0, 9));
+  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 256, 1, 1 << 20)) << 10;
   o.normalize = a.has("--normalize");
   try {
     o.pixel_type = parse_pixel_type(a.value("--dtype", "uint8"), "--dtype");

@@ -46,6 +46,7 @@ WriterOptions writer_options(const ConvertOptions& options, std::int64_t classes
   w.class_names = options.class_names;
   w.source = source;
   w.compress_level = options.compress_level;
+  w.chunk_bytes = options.chunk_bytes;
   w.normalize = options.normalize;
   return w;
 }

@@ -70,6 +70,7 @@ void write_synthetic_hdf5(const std::string& path, const SyntheticOptions& o) {
   WriterOptions w;
   w.classes = o.classes;
   w.compress_level = o.compress_level;
+  w.chunk_bytes = o.chunk_bytes;
   w.normalize = o.normalize;
   w.source = str("drtrain-data synth, seed ", o.seed);
   Hdf5Writer writer(path, w);

@@ -11,7 +11,8 @@ CASE:
   tool     drtrain-data on them: verify accepts the h5py file and reads back what h5py wrote;
            convert --npy of numpy arrays (both layouts, uint8 and float32, a test split,
            --normalize) reads back with h5py as the arrays were; info lists the splits, chunks,
-           filters and samples per class; synth is deterministic in its seed; a failed convert
+           filters and samples per class; synth is deterministic in its seed and honours
+           --dtype, --layout and --chunk-kib; a failed convert
            leaves neither OUT nor OUT.tmp; bad usage exits 2, a bad file 1
 """
 import argparse
@@ -187,6 +188,12 @@ def tool(work, bin_dir):
         if np.array_equal(a["train/images"][()], c["train/images"][()]):
             raise SystemExit("FAIL: synth with another seed wrote the same images")
     expect(run([data, "verify", path("s1.h5")]), "OK: ", "verify of a synthetic file")
+    run([data, "synth", path("s4.h5"), "--count", "100", "--shape", "2,8,8", "--dtype", "float32", "--layout", "NHWC",
+         "--chunk-kib", "2", "--normalize"])
+    with h5py.File(path("s4.h5"), "r") as f:
+        images = f["train/images"]
+        if images.chunks != (4, 8, 8, 2) or images.dtype != np.float32 or f["train/mean"].shape != (2,):
+            raise SystemExit(f"FAIL: synth --chunk-kib 2: chunks {images.chunks}, {images.dtype}")
     out = run([data, "bench", path("s1.h5"), "--batch", "16", "--seconds", "1"])
     expect(out, "random batches of 16", "bench")
 

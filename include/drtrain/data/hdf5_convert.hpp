@@ -2,6 +2,7 @@
 // IDX file pairs, and NumPy .npy image and label arrays, read piece by piece.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,10 +12,11 @@
 namespace drt::data {
 
 struct ConvertOptions {
-  std::int64_t classes = 0;  // 0: the largest label + 1
-  std::string class_names;   // optional, comma-separated
-  bool normalize = false;    // store mean/std of the train split in every split
-  int compress_level = 0;    // gzip level; 0: none
+  std::int64_t classes = 0;                          // 0: the largest label + 1
+  std::string class_names;                           // optional, comma-separated
+  bool normalize = false;                            // store mean/std of the train split in every split
+  int compress_level = 0;                            // gzip level; 0: none
+  std::size_t chunk_bytes = std::size_t{256} << 10;  // target size of an image chunk
 };
 
 // DIR/train-images-idx3-ubyte(.gz) + train-labels-idx1-ubyte(.gz) -> /train, and the t10k-*

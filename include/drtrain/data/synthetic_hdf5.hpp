@@ -2,6 +2,7 @@
 // tests: any size (written in pieces, never held in memory), the same bytes from the same seed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,7 @@ struct SyntheticOptions {
   Layout layout = Layout::kNCHW;
   std::uint64_t seed = 1;
   int compress_level = 0;
+  std::size_t chunk_bytes = std::size_t{256} << 10;  // target size of an image chunk
   bool normalize = false;
 };
 
