@@ -1,19 +1,20 @@
 # cmake --install BUILD [--prefix P]: the static libraries, the public headers (with the generated
-# config.hpp), the programs drtrain and drtrain-ckpt, and a CMake package, so that another project
-# can write
+# config.hpp), the programs drtrain, drtrain-ckpt and drtrain-data, and a CMake package, so that
+# another project can write
 #   find_package(drtrain REQUIRED)
 #   target_link_libraries(app PRIVATE drtrain::train)
 # (examples/custom_model/). Layout under P (GNUInstallDirs):
 #   include/drtrain/...                 public headers, include/drtrain/config.hpp
 #   lib/libdrt_*.a                      one library per part (docs/ARCHITECTURE.md)
-#   bin/drtrain, bin/drtrain-ckpt
+#   bin/drtrain, bin/drtrain-ckpt, bin/drtrain-data
 #   lib/cmake/drtrain/                  drtrainConfig.cmake, drtrainConfigVersion.cmake, drtrainTargets*.cmake
 #
 # Imported targets, namespace drtrain:: (each drt_<part> is drtrain::<part>; the build tree has the
-# same names as aliases): core, optim, data, backend, nn, comm, ps, io, train; what they link:
-# headers (drt_flags: include directory, C++17), kernels_ref, hdf5, and by configuration kernels
-# (CUDA kernels), cuda_libs (cuBLAS, cuDNN, NCCL), dnnl (oneDNN); the programs drtrain::drtrain and
-# drtrain::drtrain-ckpt. The config finds what those reference (cmake/drtrainConfig.cmake.in).
+# same names as aliases): core, optim, data, data_hdf5, backend, nn, comm, ps, io, train; what they
+# link: headers (drt_flags: include directory, C++17), kernels_ref, hdf5, h5util (the HDF5 helpers
+# that io and data_hdf5 share), and by configuration kernels (CUDA kernels), cuda_libs (cuBLAS,
+# cuDNN, NCCL), dnnl (oneDNN); the programs drtrain::drtrain, drtrain::drtrain-ckpt and
+# drtrain::drtrain-data. The config finds what those reference (cmake/drtrainConfig.cmake.in).
 include(CMakePackageConfigHelpers)
 
 set(DRT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/drtrain" CACHE STRING
@@ -21,7 +22,7 @@ set(DRT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/drtrain" CACHE STRING
 mark_as_advanced(DRT_INSTALL_CMAKEDIR)
 
 set(_drt_exported drt_flags drt_core drt_kernels_ref drt_optim drt_data drt_backend drt_nn drt_comm drt_ps
-                  drt_hdf5 drt_io drt_train)
+                  drt_hdf5 drt_h5util drt_data_hdf5 drt_io drt_train)
 foreach(t drt_kernels drt_cuda_libs drt_dnnl)
   if(TARGET ${t})
     list(APPEND _drt_exported ${t})
@@ -37,7 +38,7 @@ foreach(t IN LISTS _drt_exported)
   add_library(drtrain::${name} ALIAS ${t})
 endforeach()
 
-install(TARGETS ${_drt_exported} drtrain drtrain-ckpt EXPORT drtrainTargets
+install(TARGETS ${_drt_exported} drtrain drtrain-ckpt drtrain-data EXPORT drtrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
