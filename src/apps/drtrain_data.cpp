@@ -38,7 +38,7 @@ constexpr const char* kUsage =
     "[options]\n"
     "           options: --classes K (default: largest label + 1), --class-names A,B,...,\n"
     "                    --normalize (store the train split's per-channel mean/std), --compress LEVEL (gzip 1-9),\n"
-    "                    --chunk-kib K (image chunks of about K KiB, default 256)\n"
+    "                    --chunk-kib K (image chunks of about K KiB, default 32)\n"
     "       drtrain-data info FILE\n"
     "       drtrain-data verify FILE\n"
     "       drtrain-data synth OUT.h5 --count N --shape C,H,W [--classes K] [--test-count M] [--dtype uint8|float32]\n"
@@ -114,7 +114,7 @@ ConvertOptions convert_options(const Args& a) {
   o.class_names = a.value("--class-names");
   o.normalize = a.has("--normalize");
   o.compress_level = static_cast<int>(a.number("--compress", 0, 0, 9));
-  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 256, 1, 1 << 20)) << 10;
+  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 32, 1, 1 << 20)) << 10;
   return o;
 }
 
@@ -301,7 +301,7 @@ int synth(int argc, char** argv) {
   o.classes = a.number("--classes", 10, 1, 2147483647);
   o.seed = static_cast<std::uint64_t>(a.number("--seed", 1, 0, std::numeric_limits<long long>::max()));
   o.compress_level = static_cast<int>(a.number("--compress", 0, 0, 9));
-  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 256, 1, 1 << 20)) << 10;
+  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 32, 1, 1 << 20)) << 10;
   o.normalize = a.has("--normalize");
   try {
     o.pixel_type = parse_pixel_type(a.value("--dtype", "uint8"), "--dtype");

@@ -1,6 +1,5 @@
 #include "drtrain/data/batch_loader.hpp"
 
-#include <array>
 #include <optional>
 #include <utility>
 
@@ -12,57 +11,43 @@ namespace drt::data {
 
 namespace {
 
-// Checks `config` against `dataset` and returns it; runs in the member initialiser list, so a
+// Checks `config` against `source` and returns it; runs in the member initialiser list, so a
 // bad configuration throws before the producer thread starts.
-LoaderConfig validated(const Dataset& dataset, const LoaderConfig& config) {
+LoaderConfig validated(const SampleSource& source, const LoaderConfig& config) {
   // Validates count, global_batch, workers and towers (with the --batch-size message).
-  const EpochPlan plan(dataset.count, config.global_batch, config.workers, config.towers, config.seed,
-                       config.first_epoch);
+  const EpochPlan plan(static_cast<int>(source.info().count), config.global_batch, config.workers, config.towers,
+                       config.seed, config.first_epoch);
   if (config.worker < 0 || config.worker >= config.workers)
     throw ConfigError(str("worker index ", config.worker, " is outside 0..", config.workers - 1));
   if (config.first_step < 0 || config.first_step >= plan.steps())
     throw ConfigError(str("the first step ", config.first_step, " is outside the ", plan.steps(),
-                          " steps of an epoch (", dataset.count, " samples at batch size ", config.global_batch, ")"));
+                          " steps of an epoch (", source.info().count, " samples at batch size ", config.global_batch,
+                          ")"));
   if (config.total_steps < 0)
     throw ConfigError(str("the total number of steps must be >= 0 (got ", config.total_steps, ")"));
   if (config.depth < 1) throw ConfigError(str("the loader queue depth must be >= 1 (got ", config.depth, ")"));
+  if (config.normalize.any() && config.normalize.mean.size() != static_cast<std::size_t>(source.info().channels))
+    throw ConfigError(
+        str("the normalisation has ", config.normalize.mean.size(), " channels, the data ", source.info().channels));
   return config;
 }
 
 }  // namespace
 
-TowerBatch make_tower_batch(const Dataset& dataset, const std::vector<int>& samples) {
-  const std::size_t size = dataset.image_size();
-  if (dataset.count < 0 || dataset.pixels.size() < static_cast<std::size_t>(dataset.count) * size ||
-      dataset.labels.size() < static_cast<std::size_t>(dataset.count))
-    throw Error(str("dataset ", dataset.name, " is inconsistent: ", dataset.count, " images of ", dataset.rows, "x",
-                    dataset.cols, " but ", dataset.pixels.size(), " pixel bytes and ", dataset.labels.size(),
-                    " labels"));
-  // x / 255 for every byte value, computed once (the same floats as dividing each pixel).
-  static const std::array<float, 256> kScale = [] {
-    std::array<float, 256> table{};
-    for (int v = 0; v < 256; ++v) table[static_cast<std::size_t>(v)] = static_cast<float>(v) / 255.0f;
-    return table;
-  }();
-
+TowerBatch read_tower_batch(SampleSource& source, const std::vector<int>& samples, const Normalization& normalize) {
+  const SourceInfo& info = source.info();
   TowerBatch batch;
   batch.count = static_cast<int>(samples.size());
-  batch.images.resize(samples.size() * size);
+  batch.images.resize(samples.size() * info.sample_floats());
   batch.labels.resize(samples.size());
-  for (std::size_t i = 0; i < samples.size(); ++i) {
-    const int index = samples[i];
-    if (index < 0 || index >= dataset.count)
-      throw Error(str("sample ", index, " is outside dataset ", dataset.name, " of ", dataset.count, " images"));
-    const std::uint8_t* src = dataset.pixels.data() + static_cast<std::size_t>(index) * size;
-    float* dst = batch.images.data() + i * size;
-    for (std::size_t p = 0; p < size; ++p) dst[p] = kScale[src[p]];
-    batch.labels[i] = dataset.labels[static_cast<std::size_t>(index)];
-  }
+  source.read(std::vector<std::int64_t>(samples.begin(), samples.end()), batch.images.data(), batch.labels.data());
+  normalize_images(normalize, info.channels, static_cast<std::size_t>(info.height) * info.width, batch.images.data(),
+                   samples.size());
   return batch;
 }
 
-BatchLoader::BatchLoader(const Dataset& dataset, const LoaderConfig& config)
-    : dataset_(dataset), config_(validated(dataset, config)), thread_(&BatchLoader::produce, this) {}
+BatchLoader::BatchLoader(SampleSource& source, const LoaderConfig& config)
+    : source_(source), config_(validated(source, config)), thread_(&BatchLoader::produce, this) {}
 
 BatchLoader::~BatchLoader() {
   {
@@ -76,8 +61,15 @@ BatchLoader::~BatchLoader() {
 void BatchLoader::produce() {
   try {
     const LoaderConfig& c = config_;
+    const SourceInfo& info = source_.info();
+    const auto count = static_cast<int>(info.count);
+    const std::size_t sample = info.sample_floats();
+    const std::size_t plane = static_cast<std::size_t>(info.height) * static_cast<std::size_t>(info.width);
+    std::vector<float> images, scratch(plane);
+    std::vector<std::int32_t> labels;
+    std::vector<std::int64_t> indices;
     std::optional<EpochPlan> plan;  // EpochPlan has no default constructor
-    plan.emplace(dataset_.count, c.global_batch, c.workers, c.towers, c.seed, c.first_epoch);
+    plan.emplace(count, c.global_batch, c.workers, c.towers, c.seed, c.first_epoch);
     int step = c.first_step;
     for (std::int64_t made = 0; made < c.total_steps; ++made) {
       {
@@ -85,7 +77,7 @@ void BatchLoader::produce() {
         if (stop_) return;
       }
       if (step == plan->steps()) {  // past the epoch's last step: step 0 of the next epoch
-        plan.emplace(dataset_.count, c.global_batch, c.workers, c.towers, c.seed, plan->epoch() + 1);
+        plan.emplace(count, c.global_batch, c.workers, c.towers, c.seed, plan->epoch() + 1);
         step = 0;
       }
       WorkerBatch batch;
@@ -93,9 +85,32 @@ void BatchLoader::produce() {
       batch.step_in_epoch = step;
       batch.steps_in_epoch = plan->steps();
       batch.global_count = plan->batch_size(step);
+      // All towers' samples in one read, then cut into the towers' batches.
+      std::vector<std::vector<int>> parts;
+      indices.clear();
       for (int t = 0; t < c.towers; ++t) {
-        batch.towers.push_back(make_tower_batch(dataset_, plan->samples(step, c.worker, t)));
-        batch.towers.back().first = plan->part_begin(step, c.worker, t);
+        parts.push_back(plan->samples(step, c.worker, t));
+        indices.insert(indices.end(), parts.back().begin(), parts.back().end());
+      }
+      images.resize(indices.size() * sample);
+      labels.resize(indices.size());
+      source_.read(indices, images.data(), labels.data());
+      std::size_t at = 0;
+      for (int t = 0; t < c.towers; ++t) {
+        const std::vector<int>& part = parts[static_cast<std::size_t>(t)];
+        TowerBatch tb;
+        tb.count = static_cast<int>(part.size());
+        tb.first = plan->part_begin(step, c.worker, t);
+        tb.images.assign(images.begin() + static_cast<std::ptrdiff_t>(at * sample),
+                         images.begin() + static_cast<std::ptrdiff_t>((at + part.size()) * sample));
+        tb.labels.assign(labels.begin() + static_cast<std::ptrdiff_t>(at),
+                         labels.begin() + static_cast<std::ptrdiff_t>(at + part.size()));
+        for (std::size_t i = 0; i < part.size(); ++i)
+          augment_image(c.augment, c.seed, batch.epoch, part[i], info.channels, info.height, info.width,
+                        tb.images.data() + i * sample, scratch.data());
+        normalize_images(c.normalize, info.channels, plane, tb.images.data(), part.size());
+        batch.towers.push_back(std::move(tb));
+        at += part.size();
       }
       ++step;
 

@@ -199,16 +199,24 @@ Dataset load_fashion_mnist(const std::string& dir, bool train) {
   return data;
 }
 
-Dataset make_synthetic(int count, int rows, int cols, int classes, std::uint64_t seed) {
+Dataset make_synthetic(int count, int channels, int rows, int cols, int classes, std::uint64_t seed) {
   if (count < 1 || count > static_cast<int>(kMaxCount))
     throw ConfigError(str("synthetic data: the image count must be in 1..", kMaxCount, " (got ", count, ")"));
-  if (rows < 1 || rows > static_cast<int>(kMaxSide) || cols < 1 || cols > static_cast<int>(kMaxSide))
-    throw ConfigError(str("synthetic data: images of ", rows, "x", cols, "; each side must be in 1..", kMaxSide));
+  if (rows < 1 || rows > static_cast<int>(kMaxSide) || cols < 1 || cols > static_cast<int>(kMaxSide) || channels < 1 ||
+      channels > static_cast<int>(kMaxSide))
+    throw ConfigError(
+        str("synthetic data: images of ", channels, "x", rows, "x", cols, "; each side must be in 1..", kMaxSide));
+  if (static_cast<std::uint64_t>(count) * static_cast<std::uint64_t>(channels) * static_cast<std::uint64_t>(rows) *
+          static_cast<std::uint64_t>(cols) >
+      (std::uint64_t{1} << 34))
+    throw ConfigError(str("synthetic data: ", count, " images of ", channels, "x", rows, "x", cols,
+                          " are more than 2^34 pixels; use an HDF5 data set (drtrain-data synth) for sets that large"));
   if (classes < 1 || classes > 256)
     throw ConfigError(str("synthetic data: the number of classes must be in 1..256 (got ", classes, ")"));
   Dataset data;
   data.name = "synthetic";
   data.count = count;
+  data.channels = channels;
   data.rows = rows;
   data.cols = cols;
   data.classes = classes;

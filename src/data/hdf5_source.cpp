@@ -12,10 +12,6 @@
 
 namespace drt::data {
 
-std::size_t SourceInfo::sample_floats() const {
-  return static_cast<std::size_t>(channels) * static_cast<std::size_t>(height) * static_cast<std::size_t>(width);
-}
-
 namespace {
 
 using io::H5Id;

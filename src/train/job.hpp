@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "drtrain/comm/topology.hpp"
-#include "drtrain/data/dataset.hpp"
+#include "drtrain/data/preprocess.hpp"
+#include "drtrain/data/sample_source.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/optim/optimizer.hpp"
 #include "drtrain/ps/shard_plan.hpp"
@@ -36,20 +37,30 @@ struct Job {
   Timeline* timeline = nullptr;  // never null once the run starts (disabled without --timeline)
 };
 
+// A worker's data: the two splits (test may be null: no evaluation) and what the loader does to
+// the samples. PS ranks hold none.
+struct WorkerData {
+  std::unique_ptr<data::SampleSource> train, test;
+  data::Augmentation augment;
+  data::Normalization normalize;
+};
+
 // What a rank measured, gathered at the end for the summary.
 struct RankReport {
-  double wall_s = 0.0;  // from the start of training to the end
-  double cpu_s = 0.0;   // process CPU time over the same span
-  double busy_s = 0.0;  // PS: applying and publishing; worker: compute + exchange
+  double wall_s = 0.0;        // from the start of training to the end
+  double cpu_s = 0.0;         // process CPU time over the same span
+  double busy_s = 0.0;        // PS: applying and publishing; worker: compute + exchange
+  double data_wait_s = 0.0;   // worker: waiting for the data loader
+  double peak_rss_mib = 0.0;  // the process's peak resident memory (getrusage), set at the end
   double test_accuracy = 0.0, test_loss = 0.0, samples_per_s = 0.0;  // chief only
   std::int64_t steps = 0;  // the step counter at the end: total_steps, or fewer when stopped
   int stop_signal = 0;     // the signal that stopped the run early, 0 if none
 };
 
-// The worker's side of the run; datasets are loaded (train, test); training starts at the
-// resume point (step 0 for a fresh start) and ends early when `vote` says so. When
-// final_params is not null it receives the parameters after the last step.
-RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
-                      const ResumePoint& resume, StopVote& vote, std::vector<float>* final_params);
+// The worker's side of the run, on its data; training starts at the resume point (step 0 for a
+// fresh start) and ends early when `vote` says so. When final_params is not null it receives the
+// parameters after the last step.
+RankReport run_worker(const Job& job, WorkerData& data, Reporter& reporter, const ResumePoint& resume, StopVote& vote,
+                      std::vector<float>* final_params);
 
 }  // namespace drt::train

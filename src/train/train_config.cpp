@@ -9,6 +9,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/data/preprocess.hpp"
 #include "drtrain/nn/model_spec.hpp"
 
 namespace drt::train {
@@ -23,13 +24,23 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("config", po::value<std::string>(&config_file), "INI file with any of these options (key = value); "
        "the command line wins")
       ("model", po::value<std::string>(&c.model)->default_value(c.model), "a preset (mlp, cnn, resnet20), mlp:IN-H1-...-OUT, or a model file (docs/MODEL_FORMAT.md)")
-      ("dataset", po::value<std::string>(&c.dataset)->default_value(c.dataset), "fashion-mnist | synthetic")
+      ("dataset", po::value<std::string>(&c.dataset)->default_value(c.dataset), "fashion-mnist | synthetic | hdf5")
       ("data-dir", po::value<std::string>(&c.data_dir)->default_value(c.data_dir),
        "directory with the Fashion-MNIST IDX .gz files (Debian package dataset-fashion-mnist)")
+      ("data-file", po::value<std::string>(&c.data_file)->default_value(c.data_file),
+       "--dataset hdf5: the data set file (docs/DATA_FORMAT.md; make one with drtrain-data), its /train and /test")
+      ("test-file", po::value<std::string>(&c.test_file)->default_value(c.test_file),
+       "--dataset hdf5: take /test from this file instead of --data-file")
+      ("augment", po::value<std::string>(&c.augment)->default_value(c.augment),
+       "training augmentation: none, or crop:PAD and/or flip (e.g. crop:4,flip), drawn per (seed, epoch, sample)")
+      ("normalize", po::value<std::string>(&c.normalize)->default_value(c.normalize),
+       "per-channel (x - mean) / std: none, stored (the data file's), or MEAN,.../STD,...")
       ("synthetic-train", po::value<int>(&c.synthetic_train)->default_value(c.synthetic_train),
        "training images of --dataset synthetic")
       ("synthetic-test", po::value<int>(&c.synthetic_test)->default_value(c.synthetic_test),
        "test images of --dataset synthetic")
+      ("synthetic-shape", po::value<std::string>(&c.synthetic_shape)->default_value(c.synthetic_shape),
+       "C x H x W of --dataset synthetic images")
       ("test-samples", po::value<int>(&c.test_samples)->default_value(c.test_samples),
        "evaluate on the first N test images only (0: all of them)")
       ("epochs", po::value<int>(&c.epochs)->default_value(c.epochs), "passes over the training set")
@@ -98,12 +109,34 @@ nn::ModelGraph TrainConfig::load_model() const {
   return nn::ModelGraph::load(model);
 }
 
+std::array<int, 3> TrainConfig::synthetic_dims() const {
+  const std::vector<std::string> parts = split_list(synthetic_shape, 'x');
+  std::array<int, 3> dims{};
+  bool ok = parts.size() == 3;
+  for (std::size_t i = 0; ok && i < 3; ++i) {
+    ok = !parts[i].empty() && parts[i].size() <= 4 && parts[i].find_first_not_of("0123456789") == std::string::npos;
+    if (ok) dims[i] = std::stoi(parts[i]);
+    ok = ok && dims[i] >= 1;
+  }
+  if (!ok) throw ConfigError(str("--synthetic-shape '", synthetic_shape, "': use CxHxW, e.g. 3x32x32 (each 1..4096)"));
+  return dims;
+}
+
 void TrainConfig::validate() const {
   load_model();  // the shapes are checked once the data set's are known
-  if (dataset != "fashion-mnist" && dataset != "synthetic")
-    throw ConfigError(str("unknown --dataset '", dataset, "'; choices: fashion-mnist, synthetic"));
+  if (dataset != "fashion-mnist" && dataset != "synthetic" && dataset != "hdf5")
+    throw ConfigError(str("unknown --dataset '", dataset, "'; choices: fashion-mnist, synthetic, hdf5"));
+  if (dataset == "hdf5" && data_file.empty())
+    throw ConfigError("--dataset hdf5 needs --data-file FILE (an HDF5 data set: drtrain-data convert makes one)");
+  if (dataset != "hdf5" && (!data_file.empty() || !test_file.empty()))
+    throw ConfigError(str("--data-file and --test-file are for --dataset hdf5 (this run: --dataset ", dataset, ")"));
   if (synthetic_train < 1 || synthetic_test < 0)
     throw ConfigError("--synthetic-train must be >= 1 and --synthetic-test >= 0");
+  synthetic_dims();                   // ConfigError for a bad --synthetic-shape
+  data::parse_augmentation(augment);  // ConfigError naming --augment
+  if (normalize != "none" && normalize != "stored" && normalize.find('/') == std::string::npos)
+    throw ConfigError(
+        str("--normalize '", normalize, "': use none, stored, or MEAN,.../STD,... (one of each per channel)"));
   if (test_samples < 0) throw ConfigError(str("--test-samples must be >= 0 (0: all), got ", test_samples));
   if (epochs < 1) throw ConfigError(str("--epochs must be at least 1 (got ", epochs, ")"));
   if (max_steps < 0) throw ConfigError(str("--max-steps must be >= 0 (got ", max_steps, ")"));
@@ -131,11 +164,12 @@ void TrainConfig::validate() const {
 std::string TrainConfig::to_ini() const {
   std::ostringstream o;
   o << "# drtrain configuration (drtrain --print-config); load with --config FILE\n"
-    << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir
+    << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir << "\ndata-file = " << data_file
+    << "\ntest-file = " << test_file << "\naugment = " << augment << "\nnormalize = " << normalize
     << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test
-    << "\ntest-samples = " << test_samples << "\nepochs = " << epochs << "\nmax-steps = " << max_steps
-    << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
-    << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
+    << "\nsynthetic-shape = " << synthetic_shape << "\ntest-samples = " << test_samples << "\nepochs = " << epochs
+    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
+    << "\ndevice = " << device << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
     << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\nseed = " << seed
     << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\ntimeline-max-spans = " << timeline_max_spans
     << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads

@@ -3,8 +3,11 @@
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
+#include <limits>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -22,6 +25,8 @@
 #include "drtrain/core/strings.hpp"
 #include "drtrain/core/test_faults.hpp"
 #include "drtrain/data/epoch_plan.hpp"
+#include "drtrain/data/hdf5_source.hpp"
+#include "drtrain/data/memory_source.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
 #include "drtrain/ps/server.hpp"
 #include "checkpointer.hpp"
@@ -47,29 +52,46 @@ int choose_blas_threads(const TrainConfig& c, const comm::Topology& topo) {
   return std::max(1, cores_available() / std::max(1, workers_here));
 }
 
-struct Datasets {
-  std::optional<data::Dataset> train, test;
-};
+// The data set's splits for --dataset hdf5: /train of --data-file, /test of --test-file or
+// --data-file (not opened without evaluation). Both must describe the same images and classes.
+void open_hdf5_splits(const TrainConfig& c, WorkerData& d) {
+  d.train = data::open_hdf5_source(c.data_file, "train");
+  if (!c.eval) return;
+  d.test = data::open_hdf5_source(c.test_file.empty() ? c.data_file : c.test_file, "test");
+  const data::SourceInfo &tr = d.train->info(), &te = d.test->info();
+  if (tr.channels != te.channels || tr.height != te.height || tr.width != te.width || tr.classes != te.classes)
+    throw ConfigError(str(te.name, " holds ", te.channels, "x", te.height, "x", te.width, " images of ", te.classes,
+                          " classes, but ", tr.name, " ", tr.channels, "x", tr.height, "x", tr.width, " images of ",
+                          tr.classes, " classes; train and test must match"));
+}
 
-// Workers load the data; a failure on any rank becomes the same ConfigError everywhere.
-Datasets load_data(const TrainConfig& c, const comm::Topology& topo) {
-  Datasets d;
+// Workers open the data; a failure on any rank becomes the same ConfigError everywhere.
+WorkerData load_data(const TrainConfig& c, const comm::Topology& topo) {
+  WorkerData d;
   std::optional<std::string> error;
   try {
     if (topo.is_worker()) {
       if (c.dataset == "synthetic") {
-        d.train = data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed);
-        d.test = data::make_synthetic(c.synthetic_test, 28, 28, 10, c.seed + 1);
+        const std::array<int, 3> dims = c.synthetic_dims();
+        d.train =
+            data::make_memory_source(data::make_synthetic(c.synthetic_train, dims[0], dims[1], dims[2], 10, c.seed));
+        d.test =
+            data::make_memory_source(data::make_synthetic(c.synthetic_test, dims[0], dims[1], dims[2], 10, c.seed + 1));
+      } else if (c.dataset == "hdf5") {
+        open_hdf5_splits(c, d);
       } else {
-        d.train = data::load_fashion_mnist(c.data_dir, true);
-        d.test = data::load_fashion_mnist(c.data_dir, false);
+        d.train = data::make_memory_source(data::load_fashion_mnist(c.data_dir, true));
+        d.test = data::make_memory_source(data::load_fashion_mnist(c.data_dir, false));
       }
-    }
-    // --test-samples: the first N test images (a quick evaluation of a long or a test run).
-    if (d.test && c.test_samples > 0 && c.test_samples < d.test->count) {
-      d.test->count = c.test_samples;
-      d.test->pixels.resize(d.test->image_size() * static_cast<std::size_t>(c.test_samples));
-      d.test->labels.resize(static_cast<std::size_t>(c.test_samples));
+      const data::SourceInfo& info = d.train->info();
+      if (info.count > std::numeric_limits<int>::max())
+        throw ConfigError(str(info.name, " holds ", info.count, " samples; drtrain trains on at most ",
+                              std::numeric_limits<int>::max(), " per data set"));
+      // --test-samples: the first N test images (a quick evaluation of a long or a test run).
+      if (d.test) d.test = data::make_prefix_source(std::move(d.test), c.test_samples);
+      d.augment = data::parse_augmentation(c.augment);
+      d.normalize =
+          data::parse_normalization(c.normalize, info.channels, d.train->mean(), d.train->stddev(), info.name);
     }
   } catch (const ConfigError& e) {
     error = e.what();
@@ -78,15 +100,18 @@ Datasets load_data(const TrainConfig& c, const comm::Topology& topo) {
   return d;
 }
 
-Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d) {
+Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData& d) {
   // The data set's sizes and sample shape, from the chief (PS ranks load no data, but the
   // model's layout depends on the shape).
-  int facts[5] = {0, 0, 1, 1, 1};
-  if (d.train)
-    facts[0] = d.train->count, facts[2] = d.train->rows, facts[3] = d.train->cols, facts[4] = d.train->classes;
-  if (d.test) facts[1] = d.test->count;
+  int facts[6] = {0, 0, 1, 1, 1, 1};  // train count, test count, C, H, W, classes
+  if (d.train) {
+    const data::SourceInfo& info = d.train->info();
+    facts[0] = static_cast<int>(info.count), facts[2] = info.channels, facts[3] = info.height;
+    facts[4] = info.width, facts[5] = info.classes;
+  }
+  if (d.test) facts[1] = static_cast<int>(d.test->info().count);
   const int chief = topo.worker_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(facts, 5, MPI_INT, chief, topo.world().get()));
+  DRT_MPI_CHECK(MPI_Bcast(facts, 6, MPI_INT, chief, topo.world().get()));
   // Every rank reads the model (a model file may differ between nodes: a stale copy) and checks
   // it against the data's shape; any rank's error, or a difference, is one ConfigError everywhere.
   std::optional<nn::ModelGraph> graph;
@@ -99,7 +124,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const Datasets& d
   comm::raise_if_any(topo.world(), error);
   comm::require_same(topo.world(), comm::fingerprint(graph->to_text()),
                      str("the model (--model ", c.model, " reads differently on some ranks)"));
-  Job job{c, topo, nn::ModelSpec(*graph, {1, 1, facts[2], facts[3]}, facts[4]), ps::ShardPlan::balanced(0, 1),
+  Job job{c, topo, nn::ModelSpec(*graph, {1, facts[2], facts[3], facts[4]}, facts[5]), ps::ShardPlan::balanced(0, 1),
           c.optimizer};
   job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
   job.train_count = facts[0];
@@ -138,8 +163,13 @@ void print_setup(const Job& job, Reporter& out) {
   const int w = job.topo.num_workers();
   out.line(str("drtrain ", DRT_VERSION_STRING, ": ", job.topo.describe()));
   out.line(str("model ", job.spec.describe()));
-  out.line(str("data ", c.dataset == "synthetic" ? "synthetic" : c.data_dir, ": ", job.train_count, " train, ",
-               job.test_count, " test images; pixels / 255"));
+  const nn::TensorShape in = job.spec.input();
+  const std::string where = c.dataset == "synthetic" ? std::string("synthetic")
+                            : c.dataset == "hdf5"    ? c.data_file + (c.test_file.empty() ? "" : " + " + c.test_file)
+                                                     : c.data_dir;
+  out.line(str("data ", where, ": ", job.train_count, " train, ", job.test_count, " test images of ", in.c, "x", in.h,
+               "x", in.w, ", ", job.spec.classes(), " classes; pixels / 255, normalize ", c.normalize, ", augment ",
+               c.augment));
   out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ",
                c.batch_size / (w * c.towers), "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps,
                " steps in all; BLAS threads per worker ", job.blas_threads));
@@ -195,8 +225,11 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
 void final_report(const Job& job, const RankReport& mine, double wall_s, Reporter& out) {
   const comm::Topology& topo = job.topo;
   const int chief = topo.worker_world_ranks().front();
+  RankReport me = mine;
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) me.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB
   std::vector<RankReport> all(static_cast<std::size_t>(topo.world_size()));
-  comm::gather(topo.world(), &mine, sizeof mine, all.data(), chief, job.config.exchange.hang_timeout_s,
+  comm::gather(topo.world(), &me, sizeof me, all.data(), chief, job.config.exchange.hang_timeout_s,
                job.config.exchange.max_nap_us, "the final report of every rank");
   if (!out.active()) return;
   double ps_cpu_fraction = 0.0;
@@ -208,6 +241,17 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
                  "%), applying and publishing ", r.busy_s, " s"));
   }
   const RankReport& c = all[static_cast<std::size_t>(chief)];
+  double worker_rss = 0.0, ps_rss = 0.0, data_wait = 0.0;
+  for (int r = 0; r < topo.world_size(); ++r) {
+    const RankReport& x = all[static_cast<std::size_t>(r)];
+    const bool is_ps =
+        std::find(topo.ps_world_ranks().begin(), topo.ps_world_ranks().end(), r) != topo.ps_world_ranks().end();
+    (is_ps ? ps_rss : worker_rss) = std::max(is_ps ? ps_rss : worker_rss, x.peak_rss_mib);
+    if (!is_ps && x.wall_s > 0) data_wait = std::max(data_wait, x.data_wait_s / x.wall_s);
+  }
+  out.line(str("peak resident memory: ", fixed(worker_rss, 1), " MiB per worker, ", fixed(ps_rss, 1),
+               " MiB per PS (the largest); workers waited for data ", fixed(100.0 * data_wait, 2),
+               "% of the time (the most)"));
   JsonLine summary;
   summary.add("summary", true)
       .add("model", job.config.model)
@@ -222,7 +266,10 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("workers", topo.num_workers())
       .add("towers", job.config.towers)
       .add("batch_size", job.config.batch_size)
-      .add("ps_cpu_fraction", ps_cpu_fraction);
+      .add("ps_cpu_fraction", ps_cpu_fraction)
+      .add("worker_peak_rss_mib", worker_rss)
+      .add("ps_peak_rss_mib", ps_rss)
+      .add("data_wait_fraction", data_wait);
   if (c.stop_signal) summary.add("stopped_by", signal_name(c.stop_signal));
   out.summary(summary);
 }
@@ -236,8 +283,8 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   const comm::Topology topo =
       comm::Topology::create(config.layout.num_ps, config.layout.placement, config.layout.expect_ranks);
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
-  const Datasets datasets = load_data(config, topo);
-  Job job = make_job(config, topo, datasets);
+  WorkerData data = load_data(config, topo);
+  Job job = make_job(config, topo, data);
   Timeline timeline(!config.timeline.empty(), config.timeline_max_spans);
   job.timeline = &timeline;
   std::optional<Reporter> reporter;
@@ -265,9 +312,9 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
   StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);
-  const RankReport mine = topo.is_ps() ? run_ps(job, resume, vote)
-                                       : run_worker(job, *datasets.train, *datasets.test, *reporter, resume, vote,
-                                                    outputs ? &outputs->final_params : nullptr);
+  const RankReport mine =
+      topo.is_ps() ? run_ps(job, resume, vote)
+                   : run_worker(job, data, *reporter, resume, vote, outputs ? &outputs->final_params : nullptr);
   if (outputs) {
     outputs->test_accuracy = mine.test_accuracy;
     outputs->test_loss = mine.test_loss;

@@ -51,10 +51,22 @@ std::string clock_text(double seconds) {
   return buf;
 }
 
+// Reads data mid-run. A bad file met now (a corrupt chunk, a label out of range) is this
+// worker's alone: a ConfigError would be taken as every rank's and end this rank quietly while
+// the others wait, so it becomes a fatal error, which prints the message with the rank and ends
+// the whole job (MPI_Abort).
+template <typename Fn>
+auto data_or_fatal(Fn&& read) {
+  try {
+    return read();
+  } catch (const ConfigError& e) {
+    throw Error(str("the training data: ", e.what()));
+  }
+}
+
 class WorkerLoop {
  public:
-  WorkerLoop(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& out,
-             const ResumePoint& resume, StopVote& vote)
+  WorkerLoop(const Job& job, WorkerData& data, Reporter& out, const ResumePoint& resume, StopVote& vote)
       : job_(job),
         resume_(resume),
         vote_(vote),
@@ -63,8 +75,7 @@ class WorkerLoop {
         towers_(make_towers(job.spec, job.devices, job.config.towers,
                             job.config.batch_size / (topo_.num_workers() * job.config.towers))),
         exchange_(topo_, job.plan, job.config.exchange),
-        train_(train),
-        test_part_(test_slice(test)) {}
+        data_(data) {}
 
   void copy_parameters(std::vector<float>& out) {
     const float* p = towers_->parameter_staging();
@@ -83,7 +94,9 @@ class WorkerLoop {
     lc.first_epoch = resume_.epoch;
     lc.first_step = resume_.step_in_epoch;
     lc.total_steps = std::max<std::int64_t>(0, job_.total_steps - resume_.step);
-    data::BatchLoader loader(train_, lc);
+    lc.augment = data_.augment;
+    lc.normalize = data_.normalize;
+    data::BatchLoader loader(*data_.train, lc);
     const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
     interval_start_ = wall0;
     bool evaluated_last = false;
@@ -92,8 +105,10 @@ class WorkerLoop {
     for (; step < job_.total_steps; ++step) {
       if ((stopped_by = stop_verdict(step)) != 0) break;
       const double before = now_seconds();
-      const data::WorkerBatch batch = loader.next();
-      phases_.data += loader.take_wait_seconds();
+      const data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
+      const double waited = loader.take_wait_seconds();
+      phases_.data += waited;
+      data_wait_s_ += waited;
       job_.timeline->span("data wait", before, now_seconds(), step);
       train_step(batch, step);
       if (!pipeline_) vote_.cast(step);  // with --overlap, the exchange thread casts once it has pulled
@@ -125,6 +140,7 @@ class WorkerLoop {
     r.wall_s = now_seconds() - wall0;
     r.cpu_s = process_cpu_seconds() - cpu0;
     r.busy_s = busy_s_;
+    r.data_wait_s = data_wait_s_;
     r.test_accuracy = last_eval_.samples > 0 ? last_eval_.correct / last_eval_.samples : 0.0;
     r.test_loss = last_eval_.samples > 0 ? last_eval_.loss / last_eval_.samples : 0.0;
     r.samples_per_s = r.wall_s > 0 ? static_cast<double>(samples_trained_) / r.wall_s : 0.0;
@@ -132,14 +148,11 @@ class WorkerLoop {
   }
 
  private:
-  // This worker's contiguous part of the test set, converted once.
-  data::TowerBatch test_slice(const data::Dataset& test) const {
+  // This worker's contiguous part of the test set: [begin, end).
+  std::pair<int, int> test_part() const {
     const int w = topo_.role_index(), workers = topo_.num_workers();
-    const int begin = static_cast<int>(static_cast<std::int64_t>(test.count) * w / workers);
-    const int end = static_cast<int>(static_cast<std::int64_t>(test.count) * (w + 1) / workers);
-    std::vector<int> samples(static_cast<std::size_t>(end - begin));
-    std::iota(samples.begin(), samples.end(), begin);
-    return data::make_tower_batch(test, samples);
+    const std::int64_t count = data_.test ? data_.test->info().count : 0;
+    return {static_cast<int>(count * w / workers), static_cast<int>(count * (w + 1) / workers)};
   }
 
   // The chief initialises the parameters from --seed and uploads them (unless the PS loaded a
@@ -400,9 +413,19 @@ class WorkerLoop {
     comm::Watchdog::beat("evaluation");
     drain();
     const double start = now_seconds();
-    const backend::LossSums sums =
-        towers_->evaluate(test_part_.images.data(), test_part_.labels.data(), test_part_.count);
-    Tally t{sums.loss, static_cast<double>(sums.correct), static_cast<double>(test_part_.count)};
+    // The part is read in pieces (a test set need not fit in memory), through the same source
+    // and normalisation as training, without augmentation.
+    const auto [begin, end] = test_part();
+    Tally t{0.0, 0.0, static_cast<double>(end - begin)};
+    for (int at = begin; at < end; at += kEvalPiece) {
+      std::vector<int> samples(static_cast<std::size_t>(std::min(kEvalPiece, end - at)));
+      std::iota(samples.begin(), samples.end(), at);
+      const data::TowerBatch piece =
+          data_or_fatal([&] { return data::read_tower_batch(*data_.test, samples, data_.normalize); });
+      const backend::LossSums sums = towers_->evaluate(piece.images.data(), piece.labels.data(), piece.count);
+      t.loss += sums.loss;
+      t.correct += static_cast<double>(sums.correct);
+    }
     reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
     last_eval_ = t;
     job_.timeline->span("evaluation", start, now_seconds(), step + 1);
@@ -426,22 +449,24 @@ class WorkerLoop {
   std::unique_ptr<Towers> towers_;
   ps::WorkerExchange exchange_;
   std::unique_ptr<ExchangePipeline> pipeline_;  // --overlap; destroyed before exchange_
-  const data::Dataset& train_;
-  data::TowerBatch test_part_;
+  // Test samples read and evaluated at a time.
+  static constexpr int kEvalPiece = 4096;
+  WorkerData& data_;
   Phases phases_;
   Tally tally_, last_eval_;
   std::vector<double> step_ms_;  // this worker's step times (compute to parameters loaded) in the interval
   int interval_steps_ = 0;
   double interval_start_ = 0.0;
   double busy_s_ = 0.0;
+  double data_wait_s_ = 0.0;  // waiting for the loader, over the whole run
   std::int64_t samples_trained_ = 0;
 };
 
 }  // namespace
 
-RankReport run_worker(const Job& job, const data::Dataset& train, const data::Dataset& test, Reporter& reporter,
-                      const ResumePoint& resume, StopVote& vote, std::vector<float>* final_params) {
-  WorkerLoop loop(job, train, test, reporter, resume, vote);
+RankReport run_worker(const Job& job, WorkerData& data, Reporter& reporter, const ResumePoint& resume, StopVote& vote,
+                      std::vector<float>* final_params) {
+  WorkerLoop loop(job, data, reporter, resume, vote);
   const RankReport report = loop.run();
   if (final_params) loop.copy_parameters(*final_params);
   return report;

@@ -14,6 +14,7 @@
 #include "drtrain/core/strings.hpp"
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/data/epoch_plan.hpp"
+#include "drtrain/data/memory_source.hpp"
 #include "drtrain/nn/model_graph.hpp"
 #include "drtrain/nn/network.hpp"
 #include "drtrain/train/trainer.hpp"
@@ -52,7 +53,7 @@ TrainConfig make_config(int towers, const optim::OptimizerConfig& optimizer) {
 std::vector<float> single_process(const TrainConfig& c) {
   const nn::ModelSpec spec = nn::ModelSpec::parse(c.model);
   const std::size_t n = spec.layout().total();
-  const data::Dataset train = data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed);
+  const auto train = data::make_memory_source(data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed));
   std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend();
   std::vector<float> params(n), grads(n);
   spec.init_params(c.seed, params.data());
@@ -64,7 +65,7 @@ std::vector<float> single_process(const TrainConfig& c) {
   const data::EpochPlan plan(c.synthetic_train, c.batch_size, 1, 1, c.seed, 0);
   EXPECT_EQ(plan.steps(), kSteps);
   for (int s = 0; s < plan.steps(); ++s) {
-    const data::TowerBatch b = data::make_tower_batch(train, plan.global_samples(s));
+    const data::TowerBatch b = data::read_tower_batch(*train, plan.global_samples(s));
     net.train(b.images.data(), b.labels.data(), b.count, 1.0f / static_cast<float>(b.count));
     optimizer->begin_step(s);
     optimizer->update(0, n, params.data(), grads.data(), 1.0f);
@@ -183,7 +184,7 @@ std::shared_ptr<const nn::ModelGraph> batchnorm_graph() {
 
 std::vector<float> single_process_parts(const TrainConfig& c, const nn::ModelSpec& spec) {
   const std::size_t n = spec.layout().total();
-  const data::Dataset train = data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed);
+  const auto train = data::make_memory_source(data::make_synthetic(c.synthetic_train, 28, 28, 10, c.seed));
   std::unique_ptr<backend::Backend> cpu = backend::make_cpu_backend();
   std::vector<float> params(n), grads(n), worker_sum(n), sum(n);
   spec.init_params(c.seed, params.data());
@@ -197,7 +198,7 @@ std::vector<float> single_process_parts(const TrainConfig& c, const nn::ModelSpe
   for (int s = 0; s < plan.steps(); ++s) {
     for (int w = 0; w < w_count; ++w) {
       for (int t = 0; t < c.towers; ++t) {
-        const data::TowerBatch b = data::make_tower_batch(train, plan.samples(s, w, t));
+        const data::TowerBatch b = data::read_tower_batch(*train, plan.samples(s, w, t));
         nn::Pass pass;
         pass.seed = c.seed, pass.step = s, pass.first_sample = plan.part_begin(s, w, t);
         pass.state_scale = 1.0f / static_cast<float>(c.towers);

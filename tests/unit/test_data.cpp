@@ -1,5 +1,6 @@
 // The data module: the per-epoch sample plan (coverage, partition, remainder, determinism),
-// IDX loading and its error messages, synthetic data, and the prefetching batch loader.
+// IDX loading and its error messages, synthetic data, sample sources in memory, augmentation and
+// normalisation, and the prefetching batch loader.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -20,6 +21,8 @@
 #include "drtrain/data/batch_loader.hpp"
 #include "drtrain/data/dataset.hpp"
 #include "drtrain/data/epoch_plan.hpp"
+#include "drtrain/data/memory_source.hpp"
+#include "drtrain/data/preprocess.hpp"
 
 namespace drt::data {
 namespace {
@@ -494,6 +497,8 @@ TEST(Synthetic, BytesArePinned) {
 }
 
 TEST(Synthetic, RejectsBadShapes) {
+  EXPECT_THROW(make_synthetic(5, 0, 2, 2, 10, 0), ConfigError);                 // no channels
+  EXPECT_THROW(make_synthetic(100'000'000, 16, 128, 128, 10, 0), ConfigError);  // 2^34+ pixels
   EXPECT_THROW(make_synthetic(0, 2, 2, 10, 0), ConfigError);
   EXPECT_THROW(make_synthetic(5, 0, 2, 10, 0), ConfigError);
   EXPECT_THROW(make_synthetic(5, 2, 5000, 10, 0), ConfigError);
@@ -522,7 +527,8 @@ TEST(BatchLoader, DeliversThePlanAcrossEpochBoundaries) {
   config.first_step = 6;
   config.total_steps = 14;  // steps 6..8 of epoch 3, 0..8 of epoch 4, 0..1 of epoch 5
   config.depth = 3;
-  BatchLoader loader(data, config);
+  auto source = make_memory_source(data);
+  BatchLoader loader(*source, config);
 
   int epoch = 3, step = 6;
   for (int i = 0; i < 14; ++i) {
@@ -568,7 +574,8 @@ TEST(BatchLoader, PixelsScaledToUnitRange) {
   LoaderConfig config;
   config.global_batch = 16;
   config.total_steps = 1;
-  BatchLoader loader(data, config);
+  auto source = make_memory_source(data);
+  BatchLoader loader(*source, config);
   const WorkerBatch batch = loader.next();
   ASSERT_EQ(batch.towers.size(), 1u);
   const std::vector<float>& images = batch.towers[0].images;
@@ -588,13 +595,13 @@ TEST(BatchLoader, PixelsScaledToUnitRange) {
   EXPECT_EQ(sum, std::accumulate(data.labels.begin(), data.labels.end(), 0));
 }
 
-TEST(BatchLoader, MakeTowerBatchOfNoSamples) {
-  const Dataset data = make_synthetic(4, 2, 2, 3, 2);
-  const TowerBatch empty = make_tower_batch(data, {});
+TEST(BatchLoader, ReadTowerBatchOfNoSamples) {
+  auto source = make_memory_source(make_synthetic(4, 2, 2, 3, 2));
+  const TowerBatch empty = read_tower_batch(*source, {});
   EXPECT_EQ(empty.count, 0);
   EXPECT_TRUE(empty.images.empty());
   EXPECT_TRUE(empty.labels.empty());
-  EXPECT_THROW(make_tower_batch(data, {4}), Error);
+  EXPECT_THROW(read_tower_batch(*source, {4}), Error);
 }
 
 TEST(BatchLoader, DestroyMidRunDoesNotHang) {
@@ -604,12 +611,16 @@ TEST(BatchLoader, DestroyMidRunDoesNotHang) {
   config.total_steps = 1'000'000;
   config.depth = 1;
   {
-    BatchLoader loader(data, config);
+    auto source = make_memory_source(data);
+    BatchLoader loader(*source, config);
     loader.next();
     // Give the producer time to fill the queue and block waiting for space.
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }  // a hang here fails the test by the test driver's timeout
-  { BatchLoader never_read(data, config); }
+  {
+    auto source = make_memory_source(data);
+    BatchLoader never_read(*source, config);
+  }
   SUCCEED();
 }
 
@@ -618,24 +629,73 @@ TEST(BatchLoader, ZeroStepsThrowsAtOnce) {
   LoaderConfig config;
   config.global_batch = 5;
   config.total_steps = 0;
-  BatchLoader loader(data, config);
+  auto source = make_memory_source(data);
+  BatchLoader loader(*source, config);
   EXPECT_THROW(loader.next(), Error);
 }
 
+// A source whose second read fails (a corrupt chunk met mid-run).
+class FailingSource final : public SampleSource {
+ public:
+  explicit FailingSource(Dataset d) : inner_(make_memory_source(std::move(d))) {}
+  const SourceInfo& info() const override { return inner_->info(); }
+  void read(const std::vector<std::int64_t>& indices, float* images, std::int32_t* labels) override {
+    if (++reads_ == 2) throw ConfigError("data.h5: /train/images: a corrupt chunk");
+    inner_->read(indices, images, labels);
+  }
+
+ private:
+  std::unique_ptr<SampleSource> inner_;
+  int reads_ = 0;
+};
+
 TEST(BatchLoader, RethrowsProducerErrors) {
-  Dataset data = make_synthetic(10, 2, 2, 3, 3);
-  data.pixels.resize(8);  // inconsistent with 10 images of 2x2: make_tower_batch throws
+  FailingSource source(make_synthetic(10, 2, 2, 3, 3));
   LoaderConfig config;
   config.global_batch = 5;
-  config.total_steps = 2;
-  BatchLoader loader(data, config);
+  config.total_steps = 3;
+  BatchLoader loader(source, config);
+  EXPECT_EQ(loader.next().towers[0].count, 5);  // made before the failure: still delivered
   try {
     loader.next();
     ADD_FAILURE() << "next() did not rethrow the producer's exception";
+  } catch (const ConfigError& e) {
+    EXPECT_CONTAINS(std::string(e.what()), "corrupt chunk");
+  }
+  EXPECT_THROW(loader.next(), Error);  // and again
+}
+
+TEST(MemorySource, RejectsAnInconsistentDataset) {
+  Dataset data = make_synthetic(10, 2, 2, 3, 3);
+  data.pixels.resize(8);  // 10 images of 2x2 need 40 bytes
+  try {
+    make_memory_source(data);
+    ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_CONTAINS(std::string(e.what()), "inconsistent");
   }
-  EXPECT_THROW(loader.next(), Error);  // and again
+}
+
+TEST(MemorySource, ChannelsAndAPrefix) {
+  const Dataset data = make_synthetic(6, 3, 2, 5, 4, 9);  // 6 images of 3x2x5
+  EXPECT_EQ(data.image_size(), 30u);
+  auto source = make_prefix_source(make_memory_source(data), 4);
+  const SourceInfo& info = source->info();
+  EXPECT_EQ(info.count, 4);
+  EXPECT_EQ(info.channels, 3);
+  EXPECT_EQ(info.height, 2);
+  EXPECT_EQ(info.width, 5);
+  EXPECT_EQ(info.sample_floats(), 30u);
+  std::vector<float> images(std::size_t{2} * 30);
+  std::vector<std::int32_t> labels(2);
+  source->read({3, 1}, images.data(), labels.data());
+  for (std::size_t p = 0; p < 30; ++p) {
+    EXPECT_EQ(images[p], static_cast<float>(data.pixels[std::size_t{3} * 30 + p]) / 255.0f);
+    EXPECT_EQ(images[30 + p], static_cast<float>(data.pixels[std::size_t{30} + p]) / 255.0f);
+  }
+  EXPECT_EQ(labels[0], data.labels[3]);
+  EXPECT_THROW(source->read({4}, images.data(), labels.data()), Error);         // beyond the prefix
+  EXPECT_EQ(make_prefix_source(make_memory_source(data), 0)->info().count, 6);  // 0: all
 }
 
 TEST(BatchLoader, RejectsBadConfig) {
@@ -648,7 +708,10 @@ TEST(BatchLoader, RejectsBadConfig) {
   auto with = [&](auto change) {
     LoaderConfig c = good;
     change(c);
-    return config_error_of([&] { BatchLoader loader(data, c); });
+    return config_error_of([&] {
+      auto source = make_memory_source(data);
+      BatchLoader loader(*source, c);
+    });
   };
   EXPECT_CONTAINS(with([](LoaderConfig& c) { c.global_batch = 10; }), "--batch-size 10 is not divisible");
   EXPECT_CONTAINS(with([](LoaderConfig& c) { c.worker = 2; }), "worker index 2 is outside 0..1");
@@ -666,7 +729,8 @@ TEST(BatchLoader, TakeWaitSecondsMeasuresBlocking) {
   config.global_batch = 4096;
   config.total_steps = 3;
   config.depth = 1;
-  BatchLoader loader(data, config);
+  auto source = make_memory_source(data);
+  BatchLoader loader(*source, config);
   for (int i = 0; i < 3; ++i) {
     const WorkerBatch batch = loader.next();
     EXPECT_EQ(batch.epoch, i);  // one step per epoch

@@ -24,6 +24,7 @@
 #include "drtrain/data/hdf5_format.hpp"
 #include "drtrain/data/hdf5_source.hpp"
 #include "drtrain/data/hdf5_writer.hpp"
+#include "drtrain/data/memory_source.hpp"
 #include "drtrain/data/npy_file.hpp"
 #include "drtrain/data/synthetic_hdf5.hpp"
 #include "io/hdf5.hpp"
@@ -638,7 +639,8 @@ const char* const kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
 void expect_same_as_idx(const Dataset& idx, SampleSource& source, const std::vector<std::int64_t>& indices) {
   std::vector<int> samples(indices.begin(), indices.end());
-  const TowerBatch expected = make_tower_batch(idx, samples);  // x / 255, as BatchLoader gives
+  const auto idx_source = make_memory_source(idx);                     // what training reads from IDX files
+  const TowerBatch expected = read_tower_batch(*idx_source, samples);  // x / 255
   std::vector<float> images(expected.images.size());
   std::vector<std::int32_t> labels(indices.size());
   source.read(indices, images.data(), labels.data());

@@ -1,8 +1,10 @@
 // BatchLoader: turns this worker's samples of each step into float batches for its towers, on
 // a background thread that prepares the next step while the current one trains (a queue of
-// depth `depth`, default 2). Pixels are scaled to [0, 1] (x / 255, no mean/std normalisation);
-// labels become int32. Steps run over consecutive epochs from (first_epoch, first_step) up to a
-// total number of steps. Thread safety: next() from one consumer thread only.
+// depth `depth`, default 2). Each step's samples of all the worker's towers are read from the
+// SampleSource in one call (an HDF5 source sorts them and reads runs of chunks), then augmented
+// (per sample, seeded by (seed, epoch, sample)) and normalised (preprocess.hpp). Steps run over
+// consecutive epochs from (first_epoch, first_step) up to a total number of steps. Thread
+// safety: next() from one consumer thread only.
 #pragma once
 
 #include <condition_variable>
@@ -13,15 +15,16 @@
 #include <thread>
 #include <vector>
 
-#include "drtrain/data/dataset.hpp"
 #include "drtrain/data/epoch_plan.hpp"
+#include "drtrain/data/preprocess.hpp"
+#include "drtrain/data/sample_source.hpp"
 
 namespace drt::data {
 
 struct TowerBatch {
   int count = 0;              // samples (may be 0 in an epoch's last step)
   int first = 0;              // position of its first sample in the global batch
-  std::vector<float> images;  // count x rows x cols
+  std::vector<float> images;  // count x channels x rows x cols
   std::vector<std::int32_t> labels;
 };
 
@@ -43,13 +46,17 @@ struct LoaderConfig {
   int first_step = 0;            // within first_epoch
   std::int64_t total_steps = 0;  // steps to deliver in all
   int depth = 2;
+  Augmentation augment;
+  Normalization normalize;
 };
 
 class BatchLoader {
  public:
-  // `dataset` must outlive the loader. Throws ConfigError for a configuration EpochPlan rejects,
-  // worker outside [0, workers), first_step outside the epoch, total_steps < 0 or depth < 1.
-  BatchLoader(const Dataset& dataset, const LoaderConfig& config);
+  // `source` must outlive the loader, and only the loader may read it while the loader lives
+  // (but see hdf5_source.hpp: HDF5 sources share a lock). Throws ConfigError for a configuration
+  // EpochPlan rejects, worker outside [0, workers), first_step outside the epoch, total_steps < 0
+  // or depth < 1.
+  BatchLoader(SampleSource& source, const LoaderConfig& config);
   ~BatchLoader();  // stops and joins the thread
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -64,7 +71,7 @@ class BatchLoader {
  private:
   void produce();
 
-  const Dataset& dataset_;
+  SampleSource& source_;
   LoaderConfig config_;
   std::mutex mutex_;
   std::condition_variable changed_;
@@ -76,8 +83,8 @@ class BatchLoader {
   std::thread thread_;  // last: starts after every other member exists
 };
 
-// Converts dataset samples to a TowerBatch (pixels / 255). Throws drt::Error for an index
-// outside the dataset or a dataset whose vectors are shorter than its count says.
-TowerBatch make_tower_batch(const Dataset& dataset, const std::vector<int>& samples);
+// Reads `samples` of `source` into a TowerBatch, normalised by `normalize` (no augmentation: what
+// evaluation uses). Throws what the source's read() throws.
+TowerBatch read_tower_batch(SampleSource& source, const std::vector<int>& samples, const Normalization& normalize = {});
 
 }  // namespace drt::data

@@ -1,5 +1,7 @@
-// Dataset: labelled images held in memory as bytes (pixels 0..255, one channel), with loaders
-// for Fashion-MNIST's IDX gzip files and a synthetic generator for benchmarks.
+// Dataset: labelled images held in memory as bytes (pixels 0..255, CHW), with loaders for
+// Fashion-MNIST's IDX gzip files (one channel) and a synthetic generator for benchmarks. Training
+// reads it through a SampleSource (memory_source.hpp); large data sets live in HDF5 files
+// instead (hdf5_source.hpp).
 #pragma once
 
 #include <cstddef>
@@ -10,14 +12,17 @@
 namespace drt::data {
 
 struct Dataset {
-  std::string name;        // "fashion-mnist/train", "synthetic"
-  int count = 0;           // images
-  int rows = 0, cols = 0;  // image size; one channel
+  std::string name;  // "fashion-mnist/train", "synthetic"
+  int count = 0;     // images
+  int channels = 1;
+  int rows = 0, cols = 0;  // image size
   int classes = 10;
-  std::vector<std::uint8_t> pixels;  // count x rows x cols, row-major
+  std::vector<std::uint8_t> pixels;  // count x channels x rows x cols, row-major
   std::vector<std::uint8_t> labels;  // count, each < classes
 
-  std::size_t image_size() const { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols); }
+  std::size_t image_size() const {
+    return static_cast<std::size_t>(channels) * static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  }
 };
 
 // Reads an IDX image file (magic 0x00000803, 3 dimensions) and an IDX label file (0x00000801,
@@ -33,9 +38,13 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path,
 // `dir`/train-images-idx3-ubyte.gz + train-labels-idx1-ubyte.gz (train) or the t10k-* pair.
 Dataset load_fashion_mnist(const std::string& dir, bool train);
 
-// `count` images of rows x cols with uniformly random pixels and labels, from `seed`
+// `count` images of channels x rows x cols with uniformly random pixels and labels, from `seed`
 // (std::mt19937_64; the same on every machine). Throws ConfigError for a count outside
-// 1..100'000'000, a side outside 1..4096 or classes outside 1..256.
-Dataset make_synthetic(int count, int rows, int cols, int classes, std::uint64_t seed);
+// 1..100'000'000, a side outside 1..4096, channels outside 1..4096, more than 2^34 pixels, or
+// classes outside 1..256.
+Dataset make_synthetic(int count, int channels, int rows, int cols, int classes, std::uint64_t seed);
+inline Dataset make_synthetic(int count, int rows, int cols, int classes, std::uint64_t seed) {
+  return make_synthetic(count, 1, rows, cols, classes, seed);
+}
 
 }  // namespace drt::data

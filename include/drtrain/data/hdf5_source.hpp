@@ -1,37 +1,15 @@
-// Samples on demand from a split of an HDF5 data set (docs/DATA_FORMAT.md): SampleSource, the
-// interface a trainer reads batches through, and open_hdf5_source, which reads only the samples
-// asked for (never the whole set) through HDF5's chunk cache.
+// Samples on demand from a split of an HDF5 data set (docs/DATA_FORMAT.md): open_hdf5_source
+// gives a SampleSource (sample_source.hpp) that reads only the samples asked for (never the whole
+// set) through HDF5's chunk cache. An index outside [0, count) is the caller's bug: drt::Error.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
+
+#include "drtrain/data/sample_source.hpp"
 
 namespace drt::data {
-
-struct SourceInfo {
-  std::string name;  // "FILE:/train"
-  std::int64_t count = 0;
-  int channels = 1, height = 0, width = 0, classes = 0;
-  std::size_t sample_floats() const;  // channels*height*width
-};
-
-// A split of a data set that hands out samples on demand (no whole-set load).
-class SampleSource {
- public:
-  virtual ~SampleSource() = default;
-  virtual const SourceInfo& info() const = 0;
-  // Writes samples `indices[i]` (any order, repeats allowed, each in [0, count)) as float CHW
-  // (uint8 scaled by 1/255; no mean/std applied) to images + i*sample_floats(), and their labels.
-  // Throws ConfigError naming the file, dataset and problem (e.g. a corrupt chunk, a label out of
-  // range); an index outside [0, count) is the caller's bug: drt::Error.
-  virtual void read(const std::vector<std::int64_t>& indices, float* images, std::int32_t* labels) = 0;
-  // Per-channel mean and std stored with the split, empty when none.
-  virtual std::vector<float> mean() const { return {}; }
-  virtual std::vector<float> stddev() const { return {}; }
-};
 
 // Opens FILE's split ("train" or "test") read-only and validates the whole header: version,
 // classes, ranks, dtypes, layout attribute, shapes, matching counts, mean/std shapes.

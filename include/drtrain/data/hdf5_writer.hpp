@@ -14,11 +14,11 @@
 namespace drt::data {
 
 struct WriterOptions {
-  std::int64_t classes = 0;                          // K >= 1: labels lie in [0, K)
-  std::string class_names;                           // optional: K comma-separated names
-  std::string source;                                // optional: where the data came from (root attribute `source`)
-  int compress_level = 0;                            // gzip level 1..9; 0: none (reading speed matters)
-  std::size_t chunk_bytes = std::size_t{256} << 10;  // target size of an image chunk (>= 1 sample)
+  std::int64_t classes = 0;                         // K >= 1: labels lie in [0, K)
+  std::string class_names;                          // optional: K comma-separated names
+  std::string source;                               // optional: where the data came from (root attribute `source`)
+  int compress_level = 0;                           // gzip level 1..9; 0: none (reading speed matters)
+  std::size_t chunk_bytes = std::size_t{32} << 10;  // target size of an image chunk (>= 1 sample)
   bool normalize = false;  // compute mean/std over the train split and store them in every split
 };
 

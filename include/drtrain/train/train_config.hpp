@@ -2,6 +2,7 @@
 // member initialisers), and the command line / INI file that fill it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,11 +21,16 @@ struct TrainConfig {
   // A model built in C++ (nn::ModelGraph::add); when set it is trained instead of --model, whose
   // text then only names it in logs and checkpoints.
   std::shared_ptr<const nn::ModelGraph> model_graph;
-  std::string dataset = "fashion-mnist";  // or "synthetic"
+  std::string dataset = "fashion-mnist";  // or "synthetic", "hdf5"
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  int synthetic_train = 60000;  // synthetic dataset sizes
+  std::string data_file;           // --dataset hdf5: the file with /train (and /test)
+  std::string test_file;           // --dataset hdf5: /test from this file instead (optional)
+  std::string augment = "none";    // data::parse_augmentation
+  std::string normalize = "none";  // data::parse_normalization
+  int synthetic_train = 60000;     // synthetic dataset sizes
   int synthetic_test = 10000;
-  int test_samples = 0;  // evaluate on the first N test images (0: all)
+  std::string synthetic_shape = "1x28x28";  // C x H x W of synthetic images
+  int test_samples = 0;                     // evaluate on the first N test images (0: all)
   int epochs = 1;
   std::int64_t max_steps = 0;  // 0: no limit besides --epochs
   int batch_size = 128;        // global batch: workers x towers x per-tower batch
@@ -64,6 +70,8 @@ struct TrainConfig {
   std::string to_ini() const;
   // The model to train: model_graph, or --model loaded (ConfigError for a bad one).
   nn::ModelGraph load_model() const;
+  // --synthetic-shape as {C, H, W}; ConfigError for anything but three positive integers.
+  std::array<int, 3> synthetic_dims() const;
 };
 
 // Parses the command line (and the --config INI file it names; the command line wins).
