@@ -4,19 +4,12 @@
 #include <utility>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/hash.hpp"
 #include "drtrain/core/strings.hpp"
 
 namespace drt::data {
 
 namespace {
-
-// One step of splitmix64: spreads nearby (seed, epoch) pairs over unrelated mt19937_64 seeds.
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Uniform integer in [0, bound), bound >= 1, without modulo bias: draws below 2^64 mod bound are
 // rejected so that every residue is hit by the same number of 64-bit values. Written by hand

@@ -19,7 +19,7 @@ using io::H5Id;
 // At most this many bytes of images a read (the run buffer); at least one sample.
 constexpr std::size_t kRunBytes = std::size_t{4} << 20;
 
-// x / 255 for every byte value: the floats BatchLoader gives for IDX data (make_tower_batch).
+// x / 255 for every byte value: the floats the IDX path gives (memory_source.cpp).
 const std::array<float, 256>& byte_scale() {
   static const std::array<float, 256> table = [] {
     std::array<float, 256> t{};

@@ -5,17 +5,11 @@
 #include <cstring>
 
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/hash.hpp"
 #include "drtrain/core/strings.hpp"
 
 namespace drt::data {
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 std::vector<float> parse_floats(const std::string& text, const std::string& what) {
   std::vector<float> out;

@@ -6,18 +6,12 @@
 #include <ctime>
 
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/core/hash.hpp"
 #include "drtrain/core/strings.hpp"
 #include "hdf5.hpp"
 
 namespace drt::io {
 namespace {
-
-inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 std::uint64_t fnv1a(const std::string& text) {
   std::uint64_t h = 1469598103934665603ULL;
