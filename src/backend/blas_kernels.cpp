@@ -35,6 +35,14 @@ void ensure_blas_kernels(char** argv) {
   const std::string core = better_blas_core();
   if (core.empty()) return;
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): first thing main does, no thread yet
+  // The program's own path, not /proc/self/exe: the kernel names a process after the file it
+  // executes, and a process named "exe" escapes pgrep/pkill/killall drtrain, top and job tools.
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n > 0) {
+    path[n] = '\0';
+    execv(path, argv);  // returns only on failure (e.g. the file was replaced: "... (deleted)")
+  }
   execv("/proc/self/exe", argv);
   const int err = errno;
   std::fprintf(stderr,

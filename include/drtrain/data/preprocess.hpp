@@ -4,6 +4,7 @@
 // ((x - mean) / std, in training and evaluation alike).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
