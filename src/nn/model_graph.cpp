@@ -135,7 +135,8 @@ ModelGraph ModelGraph::parse(const std::string& text, const std::string& origin)
     const std::string line = trim(raw.substr(0, raw.find('#')));
     if (line.empty()) continue;
     const std::string at = str(origin, ":", number, ": ");
-    if (line.rfind("model ", 0) == 0 || line == "model") {
+    // 'model NAME' names the model; 'model = KIND ...' is a node called model.
+    if ((line.rfind("model ", 0) == 0 || line == "model") && line.find('=') == std::string::npos) {
       const std::string name = trim(line.substr(5));
       if (!g.nodes_.empty() || name.empty() || name.find_first_of(" \t") != std::string::npos)
         throw ConfigError(str(at, "'model NAME' (one word) may only come before the first node"));
