@@ -19,23 +19,13 @@ using io::H5Id;
 // At most this many bytes of images a read (the run buffer); at least one sample.
 constexpr std::size_t kRunBytes = std::size_t{4} << 20;
 
-// x / 255 for every byte value: the floats the IDX path gives (memory_source.cpp).
-const std::array<float, 256>& byte_scale() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int v = 0; v < 256; ++v) t[static_cast<std::size_t>(v)] = static_cast<float>(v) / 255.0f;
-    return t;
-  }();
-  return table;
-}
-
 inline float to_float(std::uint8_t v, const std::array<float, 256>& scale) { return scale[v]; }
 inline float to_float(float v, const std::array<float, 256>&) { return v; }
 
 // One sample of `channels` x `plane` values from `src` (in `layout`) to float CHW at `dst`.
 template <typename T>
 void convert_sample(const T* src, float* dst, Layout layout, std::size_t channels, std::size_t plane) {
-  const auto& scale = byte_scale();
+  const auto& scale = byte_pixel_values();
   if (layout == Layout::kNCHW) {
     const std::size_t n = channels * plane;
     if constexpr (std::is_same_v<T, float>) {

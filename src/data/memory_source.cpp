@@ -28,12 +28,7 @@ class MemorySource final : public SampleSource {
   const SourceInfo& info() const override { return info_; }
 
   void read(const std::vector<std::int64_t>& indices, float* images, std::int32_t* labels) override {
-    // x / 255 for every byte value, computed once (the same floats as dividing each pixel).
-    static const std::array<float, 256> kScale = [] {
-      std::array<float, 256> table{};
-      for (int v = 0; v < 256; ++v) table[static_cast<std::size_t>(v)] = static_cast<float>(v) / 255.0f;
-      return table;
-    }();
+    const std::array<float, 256>& scale = byte_pixel_values();
     const std::size_t size = data_.image_size();
     for (std::size_t i = 0; i < indices.size(); ++i) {
       const std::int64_t index = indices[i];
@@ -41,7 +36,7 @@ class MemorySource final : public SampleSource {
         throw Error(str("sample ", index, " is outside dataset ", data_.name, " of ", info_.count, " images"));
       const std::uint8_t* src = data_.pixels.data() + static_cast<std::size_t>(index) * size;
       float* dst = images + i * size;
-      for (std::size_t p = 0; p < size; ++p) dst[p] = kScale[src[p]];
+      for (std::size_t p = 0; p < size; ++p) dst[p] = scale[src[p]];
       labels[i] = data_.labels[static_cast<std::size_t>(index)];
     }
   }

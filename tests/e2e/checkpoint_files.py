@@ -39,28 +39,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 
+from e2e_util import expect, run
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def run(cmd, expect_ok=True, env=None, timeout=120):
-    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env=env, timeout=timeout)
-    if expect_ok is not None and (p.returncode == 0) != expect_ok:
-        print(p.stdout)
-        raise SystemExit(f"FAIL: {' '.join(cmd)} exited {p.returncode}, expected {'0' if expect_ok else 'non-zero'}")
-    return p.returncode, p.stdout
-
-
-def expect(text, needle, what):
-    if needle not in text:
-        print(text)
-        raise SystemExit(f"FAIL: {what}: '{needle}' not in the output")
 
 
 class Case:

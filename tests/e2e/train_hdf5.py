@@ -16,26 +16,12 @@ usage: train_hdf5.py --bin BUILD/bin --mpiexec "mpiexec FLAGS" --work DIR CASE
 import argparse
 import os
 import shutil
-import subprocess
 
 import h5py
 
+from e2e_util import expect, run
+
 FASHION = "/usr/share/datasets/fashion-mnist"
-
-
-def run(cmd, expect_ok=True, timeout=120):
-    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=timeout)
-    if expect_ok is not None and (p.returncode == 0) != expect_ok:
-        print(p.stdout)
-        raise SystemExit(f"FAIL: {' '.join(cmd)} exited {p.returncode}, expected {'0' if expect_ok else 'non-zero'}")
-    return p.returncode, p.stdout
-
-
-def expect(text, needle, what):
-    if needle not in text:
-        print(text)
-        raise SystemExit(f"FAIL: {what}: '{needle}' not in the output")
 
 
 class Case:
@@ -89,7 +75,7 @@ class Case:
 
     def corrupt(self):
         code, out = self.drtrain("--max-steps", "40", "--dataset", "hdf5", "--data-file", self.bad, expect_ok=False)
-        expect(out, f"fatal error on rank", "a fatal error")
+        expect(out, "fatal error on rank", "a fatal error")
         expect(out, f"the training data: {self.bad}: /train/images: cannot read sample", "the file and dataset")
         expect(out, f"check it with drtrain-data verify {self.bad}", "the fix")
         print(f"corrupt: exit {code} with the message")

@@ -23,35 +23,14 @@
 #include "drtrain/data/epoch_plan.hpp"
 #include "drtrain/data/memory_source.hpp"
 #include "drtrain/data/preprocess.hpp"
+#include "support/expect_errors.hpp"
 
 namespace drt::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-// EXPECT_CONTAINS(text, part): `part` occurs in `text` (GoogleTest without gmock).
-::testing::AssertionResult contains(const char* text_expr, const char* part_expr, const std::string& text,
-                                    const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << text_expr << " does not contain " << part_expr << "\n  text: " << text
-                                       << "\n  part: " << part;
-}
-#define EXPECT_CONTAINS(text, part) EXPECT_PRED_FORMAT2(contains, text, part)
-
-// Runs `fn`, expects a ConfigError and returns its message ("" when none was thrown).
-template <typename Fn>
-std::string config_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ConfigError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected ConfigError, nothing was thrown";
-  return "";
-}
+using testing_support::config_error_of;
 
 // ---------------------------------------------------------------------------------------------
 // EpochPlan

@@ -28,6 +28,7 @@
 #include "drtrain/data/npy_file.hpp"
 #include "drtrain/data/synthetic_hdf5.hpp"
 #include "io/hdf5.hpp"
+#include "support/expect_errors.hpp"
 
 namespace drt::data {
 namespace {
@@ -35,27 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using io::H5Id;
 
-::testing::AssertionResult contains(const char* text_expr, const char* part_expr, const std::string& text,
-                                    const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << text_expr << " does not contain " << part_expr << "\n  text: " << text
-                                       << "\n  part: " << part;
-}
-#define EXPECT_CONTAINS(text, part) EXPECT_PRED_FORMAT2(contains, text, part)
-
-template <typename Fn>
-std::string config_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ConfigError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected ConfigError, nothing was thrown";
-  return "";
-}
+using testing_support::config_error_of;
 
 class TempDir : public ::testing::Test {
  protected:

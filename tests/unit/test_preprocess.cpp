@@ -15,19 +15,12 @@
 #include "drtrain/data/dataset.hpp"
 #include "drtrain/data/memory_source.hpp"
 #include "drtrain/data/preprocess.hpp"
+#include "support/expect_errors.hpp"
 
 namespace drt::data {
 namespace {
 
-template <typename Fn>
-std::string config_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing_support::config_error_of;
 
 // The image that a crop by (dy, dx) (output (y, x) from input (y + dy, x' + dx), x' = x or its
 // mirror) gives, zeros outside: the definition, written independently of augment_image.

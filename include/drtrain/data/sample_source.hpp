@@ -4,6 +4,7 @@
 // (hdf5_source.hpp). The loader reads each step's samples of one worker with one read() call.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,5 +36,9 @@ class SampleSource {
   virtual std::vector<float> mean() const { return {}; }
   virtual std::vector<float> stddev() const { return {}; }
 };
+
+// x / 255 for every byte value: how every source turns uint8 pixels into floats (the same floats
+// as dividing each pixel), so IDX files and HDF5 files of the same bytes train identically.
+const std::array<float, 256>& byte_pixel_values();
 
 }  // namespace drt::data
