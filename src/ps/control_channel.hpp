@@ -1,6 +1,9 @@
 // ControlChannel (internal): the control window's int64 words (see shard_window.hpp), written
 // with MPI_Accumulate (MPI_REPLACE to set a word, MPI_SUM to count) and read with
-// MPI_Get_accumulate(MPI_NO_OP), so every access is atomic with respect to the others. It keeps one MPI_Win_lock_all
+// MPI_Get_accumulate(MPI_NO_OP), so every access is atomic with respect to the others. No
+// MPI_Fetch_and_op or MPI_Compare_and_swap: Open MPI 4.1's osc/rdma over btl/vader crashes
+// (SIGSEGV in mca_btl_vader_emu_acswap) on one whose target is the calling process, which a PS
+// locking its own words would be. It keeps one MPI_Win_lock_all
 // epoch open for its lifetime; every call completes (MPI_Win_flush) before it returns.
 #pragma once
 

@@ -20,6 +20,46 @@ std::string to_string(GradPush push) { return choice_name(push, kPushes); }
 Wire parse_wire(const std::string& text) { return parse_choice(text, kWires, "--wire"); }
 std::string to_string(Wire wire) { return choice_name(wire, kWires); }
 
+SyncMode parse_sync_mode(const std::string& text) {
+  const auto bad = [&] {
+    return ConfigError(str("--sync-mode '", text,
+                           "': use sync, backup:B (apply each step without the B slowest workers), ssp:S (a worker "
+                           "may lead the slowest by at most S steps, S >= 1) or async"));
+  };
+  SyncMode mode;
+  if (text == "sync") return mode;
+  if (text == "async") {
+    mode.kind = SyncKind::kAsync;
+    return mode;
+  }
+  const std::size_t colon = text.find(':');
+  if (colon == std::string::npos) throw bad();
+  const std::string name = text.substr(0, colon), number = text.substr(colon + 1);
+  if (name == "backup") mode.kind = SyncKind::kBackup;
+  else if (name == "ssp") mode.kind = SyncKind::kSsp;
+  else throw bad();
+  if (number.empty() || number.size() > 6 || number.find_first_not_of("0123456789") != std::string::npos) throw bad();
+  mode.bound = std::stoi(number);
+  if (mode.bound < 1) throw bad();
+  return mode;
+}
+
+std::string to_string(const SyncMode& mode) {
+  switch (mode.kind) {
+    case SyncKind::kSync: return "sync";
+    case SyncKind::kBackup: return str("backup:", mode.bound);
+    case SyncKind::kSsp: return str("ssp:", mode.bound);
+    case SyncKind::kAsync: return "async";
+  }
+  return "?";
+}
+
+void ExchangeConfig::validate_for(int num_workers) const {
+  if (mode.kind == SyncKind::kBackup && mode.bound >= num_workers)
+    throw ConfigError(str("--sync-mode ", to_string(mode), " would apply steps without any worker's gradient: B must "
+                          "be below the number of workers (", num_workers, ")"));
+}
+
 void ExchangeConfig::validate() const {
   if (chunk_bytes != 0 && (chunk_bytes < 4096 || chunk_bytes > (std::size_t{1} << 30)))
     throw ConfigError(str("--rma-chunk-kib must give a chunk between 4 KiB and 1 GiB (got ",
@@ -37,12 +77,22 @@ void ExchangeConfig::validate() const {
                       "passive (the default)");
   if (grad_push() == GradPush::kOrdered && sync != RmaSync::kPassive)
     throw ConfigError("--grad-push ordered needs --rma-sync passive (a fence epoch cannot order workers)");
+  if (mode.relaxed() && deterministic)
+    throw ConfigError(str("--deterministic with --sync-mode ", to_string(mode),
+                          ": which gradients a step applies, and when, depends on arrival times in that mode, so no "
+                          "run can be repeated bitwise; use --sync-mode sync (the default) for reproducible runs"));
+  if (mode.relaxed() && sync != RmaSync::kPassive)
+    throw ConfigError(str("--sync-mode ", to_string(mode),
+                          " needs --rma-sync passive (a fence is collective: every worker would wait for every other)"));
+  if (mode.relaxed() && push == GradPush::kOrdered)
+    throw ConfigError(str("--sync-mode ", to_string(mode),
+                          " pushes into per-worker slots; --grad-push ordered is for --sync-mode sync"));
   if (max_nap_us < 1) throw ConfigError(str("the poll nap must be at least 1 us (got ", max_nap_us, ")"));
 }
 
 std::string ExchangeConfig::describe(int num_nodes) const {
-  return str("rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
-             per_worker_slots() ? " (deterministic)" : "", ", wire ", to_string(wire), ", chunks of ",
+  return str("sync-mode ", to_string(mode), ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
+             per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire), ", chunks of ",
              human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
              ", hang timeout ", hang_timeout_s, " s");

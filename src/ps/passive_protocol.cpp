@@ -30,6 +30,7 @@
 // comm/progress.hpp); every wait gives up after --hang-timeout with a message naming the culprit.
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -40,61 +41,11 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "control_channel.hpp"
+#include "passive_base.hpp"
 #include "protocol.hpp"
 
 namespace drt::ps {
 namespace {
-
-// What both roles share: the epochs, the control channel, the start sequence, diagnoses.
-class PassiveBase {
- protected:
-  PassiveBase(const comm::Topology& topo, ShardWindow& window, const ExchangeConfig& config)
-      : topo_(topo), window_(window), config_(config), control_(window) {
-    for (int w = 0; w < window.num_data_windows(); ++w)
-      data_epochs_.push_back(std::make_unique<comm::PassiveEpoch>(window.data_window(w)));
-  }
-
-  // PS stores (zeroing, restore) -> Win_sync -> barrier -> the chief's Puts -> flush -> barrier:
-  // the barrier, not MPI_Win_allocate (which need not synchronise), orders the upload after the
-  // zeroing.
-  void start_sequence(const std::function<void()>& upload) {
-    if (topo_.is_ps()) {
-      sync_local_memory();
-      DRT_MPI_CHECK(MPI_Win_sync(window_.control().get()));
-    }
-    comm::sleepy_barrier(topo_.world(), config_.hang_timeout_s, config_.max_nap_us, "every PS to prepare its windows");
-    if (upload) {
-      upload();
-      DRT_MPI_CHECK(MPI_Win_flush_all(window_.data(0)));
-    }
-    comm::sleepy_barrier(topo_.world(), config_.hang_timeout_s, config_.max_nap_us,
-                         "the initial parameters to reach every PS");
-    if (topo_.is_ps()) sync_local_memory();
-  }
-
-  // Orders this PS's loads and stores of window memory against the peers' RMA (unified model).
-  void sync_local_memory() {
-    for (int w = 0; w < window_.num_data_windows(); ++w) DRT_MPI_CHECK(MPI_Win_sync(window_.data(w)));
-  }
-
-  // The workers whose last announced push of block `block` of PS `ps` is below (sign < 0) or
-  // above (sign > 0) `pushes`, from the per-worker words that only diagnoses read.
-  std::vector<std::string> workers_where(int ps, int block, std::int64_t pushes, int sign) {
-    std::vector<std::string> names;
-    for (int w = 0; w < topo_.num_workers(); ++w) {
-      std::int64_t pushed = 0;
-      control_.read(ps, window_.layout(ps).pushed_word(w, block), 1, &pushed);
-      if (sign < 0 ? pushed < pushes : pushed > pushes) names.push_back(topo_.worker_name(w));
-    }
-    return names;
-  }
-
-  const comm::Topology& topo_;
-  ShardWindow& window_;
-  ExchangeConfig config_;
-  ControlChannel control_;
-  std::vector<std::unique_ptr<comm::PassiveEpoch>> data_epochs_;
-};
 
 class PassiveWorker final : public WorkerProtocol, PassiveBase {
  public:
@@ -105,6 +56,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       versions_.emplace_back(blocks, 0);
       announced_.emplace_back(blocks, false);
       predecessor_done_.emplace_back(blocks, false);
+      if (!relaxed()) continue;
+      taken_.emplace_back(blocks, 0);
+      computed_from_.emplace_back(blocks, 1);
+      pushed_by_all_.emplace_back(blocks * static_cast<std::size_t>(topo.num_workers()), 0);
     }
   }
 
@@ -118,8 +73,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // every worker has pushed it again); Gets of the version this push leads to, issued during
   // the step's earlier pushes, may stay in flight.
   void push(const void* grad, const std::vector<Chunk>& chunks, std::int64_t pushes, EarlyPull* early) override {
-    if (gets_version_ != pushes + 1) complete_pull();
-    push_chunks(grad, chunks, pushes, early);
+    if (relaxed() || gets_version_ != pushes + 1) complete_pull();
+    push_chunks(grad, chunks, pushes, relaxed() ? nullptr : early);
   }
 
   // Pushes, and after each announcement (a round trip to that PS anyway) reads that PS's versions
@@ -127,9 +82,9 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // blocks overlaps the push of the last ones.
   void step(const void* grad, const std::vector<Chunk>& push_list, void* params, std::vector<Chunk> pull_list,
             std::int64_t pushes) override {
-    if (gets_version_ != pushes + 1) complete_pull();
+    if (relaxed() || gets_version_ != pushes + 1) complete_pull();
     EarlyPull early{params, &pull_list, nullptr};
-    push_chunks(grad, push_list, pushes, &early);
+    push_chunks(grad, push_list, pushes, relaxed() ? nullptr : &early);
     finish_push(pushes);
     pull(params, std::move(pull_list), pushes + 1);
     complete_pull();
@@ -155,6 +110,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   // first block left, which times out with a message naming the PS).
   void pull(void* params, std::vector<Chunk> left, std::int64_t version) override {
     gets_version_ = version;
+    if (relaxed()) return pull_locked(params, std::move(left), version);
     const auto ready = [&](const Chunk& c) { return known_version(c.ps, c.block) >= version; };
     while (!left.empty()) {
       auto split = std::stable_partition(left.begin(), left.end(), ready);
@@ -201,7 +157,11 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     }
     gets_.clear();
     gets_ps_.clear();
+    release_read_locks();
   }
+
+  std::int64_t pulled_version() const override { return pulled_min_version_; }
+  std::int64_t max_lead() const override { return max_lead_; }
 
   void depart() override {
     complete_pull();
@@ -217,7 +177,9 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     const int me = topo_.role_index();
     const bool ordered = config_.grad_push() == GradPush::kOrdered;
     for (const Chunk& c : chunks) {
-      await_block(c.ps, c.block, pushes);  // the sum was zeroed (a cache hit after a normal pull)
+      if (uses_own_slot_only()) await_slot(c.ps, c.block, pushes);
+      else await_block(c.ps, c.block, pushes);  // the sum was zeroed (a cache hit after a normal pull)
+      if (config_.mode.kind == SyncKind::kSsp) await_bound(c.ps, c.block, pushes);
       if (ordered && me > 0) await_predecessor(c.ps, c.block, pushes);
       issue_gradient(window_, config_, me, grad, c);
       if (!c.completes_block) continue;
@@ -256,9 +218,169 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     const ShardLayout& layout = window_.layout(ps);
     const int me = topo_.role_index();
     DRT_MPI_CHECK(MPI_Win_flush(window_.target(ps), window_.data(layout.grad(me, layout.block_begin(block)).window)));
-    control_.update(ps,
-                    {{layout.arrivals_word(block), MPI_SUM, 1}, {layout.pushed_word(me, block), MPI_REPLACE, pushes}});
+    std::vector<ControlChannel::Update> updates{{layout.arrivals_word(block), MPI_SUM, 1},
+                                                {layout.pushed_word(me, block), MPI_REPLACE, pushes}};
+    if (relaxed())  // the version this gradient was computed from (staleness, on the PS)
+      updates.push_back({layout.base_word(me, block), MPI_REPLACE,
+                         computed_from_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)]});
+    control_.update(ps, updates);
     announced_[static_cast<std::size_t>(ps)][static_cast<std::size_t>(block)] = true;
+  }
+
+  bool relaxed() const { return config_.mode.relaxed(); }
+  // ssp and async: the PS consumes each worker's slot on its own (no step-wide version to wait for).
+  bool uses_own_slot_only() const {
+    return config_.mode.kind == SyncKind::kSsp || config_.mode.kind == SyncKind::kAsync;
+  }
+
+  // ssp/async: waits until the PS has consumed this worker's push `pushes` - 1 of the block, so
+  // its slot may be written again (after a normal pull, a cache hit: the pull waited for it).
+  void await_slot(int ps, int block, std::int64_t pushes) {
+    std::vector<std::int64_t>& taken = taken_[static_cast<std::size_t>(ps)];
+    const auto b = static_cast<std::size_t>(block);
+    if (taken[b] >= pushes - 1) return;
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    for (refresh_taken(ps); taken[b] < pushes - 1; refresh_taken(ps))
+      if (!waiter.pause())
+        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                            " s for ", topo_.ps_name(ps), " to apply its gradient of block ", block, " (push ",
+                            pushes - 1, "); that PS is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+    wait_s_ += waiter.waited_seconds();
+  }
+
+  // ssp:S: push number `pushes` (step pushes - 1) of a block goes out only once every worker has
+  // pushed the block's step pushes - 1 - S, i.e. announced at least pushes - S pushes of it. The
+  // lead over the slowest worker (pushes - its count) is recorded: at most S by construction.
+  void await_bound(int ps, int block, std::int64_t pushes) {
+    const std::int64_t needed = pushes - config_.mode.bound;
+    const auto slowest = [&] {
+      const std::vector<std::int64_t>& all = pushed_by_all_[static_cast<std::size_t>(ps)];
+      const std::size_t blocks = static_cast<std::size_t>(window_.layout(ps).num_blocks());
+      std::int64_t low = std::numeric_limits<std::int64_t>::max();
+      for (int w = 0; w < topo_.num_workers(); ++w)
+        if (w != topo_.role_index())
+          low = std::min(low, all[static_cast<std::size_t>(w) * blocks + static_cast<std::size_t>(block)]);
+      return low == std::numeric_limits<std::int64_t>::max() ? pushes - 1 : low;
+    };
+    if (slowest() < needed) {
+      comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+      for (refresh_pushed(ps); slowest() < needed; refresh_pushed(ps))
+        if (!waiter.pause())
+          throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                              " s (--sync-mode ", to_string(config_.mode), ") for ",
+                              join(workers_where(ps, block, needed, -1), ", "), " to push step ", needed - 1,
+                              " of block ", block, " of ", topo_.ps_name(ps),
+                              "; that worker is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+      wait_s_ += waiter.waited_seconds();
+    }
+    max_lead_ = std::max(max_lead_, pushes - slowest());
+  }
+
+  void refresh_taken(int ps) {
+    std::vector<std::int64_t>& taken = taken_[static_cast<std::size_t>(ps)];
+    control_.read(ps, window_.layout(ps).taken_word(topo_.role_index(), 0), static_cast<int>(taken.size()),
+                  taken.data());
+  }
+
+  void refresh_pushed(int ps) {
+    std::vector<std::int64_t>& all = pushed_by_all_[static_cast<std::size_t>(ps)];
+    control_.read(ps, window_.layout(ps).pushed_word(0, 0), static_cast<int>(all.size()), all.data());
+  }
+
+  // The relaxed modes' pull. A block may be read once the PS has published what this worker
+  // waits for: backup, version >= `version` (the step's parameters, as under sync); ssp/async,
+  // the PS has consumed this worker's last push (taken >= version - 1; it reads its own update).
+  // The PS may rewrite a block while other workers are still pushing, so each block is read
+  // under its read lock (acquire_read_locks). The versions are read once the locks are held: they are the
+  // versions of the data the Gets bring (the PS changes a version only under the write lock).
+  // The Gets of the blocks locked together complete, and their locks go back, before the next
+  // wait.
+  void pull_locked(void* params, std::vector<Chunk> left, std::int64_t version) {
+    pulled_min_version_ = std::numeric_limits<std::int64_t>::max();
+    const auto readable = [&](const Chunk& c) {
+      const std::int64_t published = known_version(c.ps, c.block);
+      if (!uses_own_slot_only()) return published >= version;
+      return published >= 1 && taken_[static_cast<std::size_t>(c.ps)][static_cast<std::size_t>(c.block)] >= version - 1;
+    };
+    comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+    while (!left.empty()) {
+      bool progressed = false;
+      for (int p = 0; p < window_.num_ps(); ++p) {
+        auto mine = std::stable_partition(left.begin(), left.end(), [&](const Chunk& c) { return c.ps != p; });
+        if (mine == left.end()) continue;
+        refresh_versions(p);
+        if (uses_own_slot_only()) refresh_taken(p);
+        auto ready = std::stable_partition(mine, left.end(), [&](const Chunk& c) { return !readable(c); });
+        if (ready == left.end()) continue;
+        std::vector<int> blocks;
+        for (auto it = ready; it != left.end(); ++it)
+          if (std::find(blocks.begin(), blocks.end(), it->block) == blocks.end()) blocks.push_back(it->block);
+        const std::vector<int> held = acquire_read_locks(p, blocks);
+        if (held.empty()) continue;
+        refresh_versions(p);  // under the locks: the versions of what the Gets will read
+        auto got = std::stable_partition(ready, left.end(), [&](const Chunk& c) {
+          return std::find(held.begin(), held.end(), c.block) == held.end();
+        });
+        for (int b : held) {
+          const std::int64_t v = known_version(p, b);
+          computed_from_[static_cast<std::size_t>(p)][static_cast<std::size_t>(b)] = v;
+          pulled_min_version_ = std::min(pulled_min_version_, v);
+        }
+        get_chunks(params, got, left.end());
+        left.erase(got, left.end());
+        // The locks go back before this worker waits for anything else: a reader that held
+        // block b while waiting for block c to be published would stop the PS, which may have
+        // to write b before it gets to c.
+        complete_pull();
+        progressed = true;
+      }
+      if (progressed || left.empty()) continue;
+      if (!waiter.pause()) {
+        const Chunk& c = left.front();
+        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                            " s (--sync-mode ", to_string(config_.mode), ") to read block ", c.block, " of ",
+                            topo_.ps_name(c.ps), " (version ", known_version(c.ps, c.block), ", this worker needs ",
+                            uses_own_slot_only() ? str("its push ", version - 1, " applied") : str("version ", version),
+                            "); that PS is dead, stopped or stuck, or holds the block (raise --hang-timeout if it is "
+                            "only slow)"));
+      }
+    }
+    wait_s_ += waiter.waited_seconds();
+  }
+
+  // Read locks on `blocks` of PS `ps`: readers[b] += 1 for each (one flush), then writing[b] is
+  // read (the next flush, so after the increments are complete at the PS); returns the blocks
+  // held; where the PS writes, the reader gives the lock back at once and tries again later.
+  std::vector<int> acquire_read_locks(int ps, const std::vector<int>& blocks) {
+    const ShardLayout& layout = window_.layout(ps);
+    std::vector<ControlChannel::Update> add;
+    for (int b : blocks) add.push_back({layout.readers_word(b), MPI_SUM, 1});
+    control_.update(ps, add);
+    std::vector<std::int64_t> writing(static_cast<std::size_t>(layout.num_blocks()));
+    control_.read(ps, layout.writing_word(0), static_cast<int>(writing.size()), writing.data());
+    std::vector<int> held;
+    std::vector<ControlChannel::Update> undo;
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      if (writing[static_cast<std::size_t>(blocks[i])] == 0) held.push_back(blocks[i]);
+      else undo.push_back({add[i].word, MPI_SUM, -1});
+    }
+    if (!undo.empty()) control_.update(ps, undo);
+    for (int b : held) read_locks_.emplace_back(ps, b);
+    return held;
+  }
+
+  // After the Gets completed: the blocks may be rewritten.
+  void release_read_locks() {
+    if (read_locks_.empty()) return;
+    std::sort(read_locks_.begin(), read_locks_.end());
+    for (auto it = read_locks_.begin(); it != read_locks_.end();) {
+      const int ps = it->first;
+      std::vector<ControlChannel::Update> release;
+      for (; it != read_locks_.end() && it->first == ps; ++it)
+        release.push_back({window_.layout(ps).readers_word(it->second), MPI_SUM, -1});
+      control_.update(ps, release);
+    }
+    read_locks_.clear();
   }
 
   std::int64_t known_version(int ps, int block) const {
@@ -339,6 +461,13 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   std::int64_t gets_version_ = 0;                    // the version the last pull() read
   std::uint64_t next_other_ = 0;                     // early pulls: the next other PS to look at
   std::vector<int> gets_ps_;                         // the PS each of them reads from
+  // The relaxed modes (--sync-mode backup/ssp/async):
+  std::vector<std::vector<std::int64_t>> taken_;          // per PS, per block: pushes of this worker the PS consumed
+  std::vector<std::vector<std::int64_t>> computed_from_;  // per PS, per block: the version last pulled
+  std::vector<std::vector<std::int64_t>> pushed_by_all_;  // ssp: per PS, pushed[W][B] as last read
+  std::vector<std::pair<int, int>> read_locks_;           // (PS, block) read locks held until complete_pull()
+  std::int64_t pulled_min_version_ = 1;                   // the oldest block version of the last pull
+  std::int64_t max_lead_ = 0;                             // ssp: most steps ahead of the slowest worker
 };
 
 class PassiveServer final : public ServerProtocol, PassiveBase {

@@ -79,6 +79,11 @@ class WorkerProtocol {
                     std::vector<Chunk> pull_chunks, std::int64_t pushes) = 0;
   // Leaves the exchange; the PS stop serving once every worker has left.
   virtual void depart() = 0;
+  // Relaxed modes: the oldest block version the last pull read (backup: a worker that finds
+  // newer parameters than its step skips to them); sync: 0.
+  virtual std::int64_t pulled_version() const { return 0; }
+  // ssp: the most steps this worker has been ahead of the slowest one when it pushed.
+  virtual std::int64_t max_lead() const { return 0; }
 
   // Seconds spent waiting for the PS (publication, a predecessor, the pull fence) since the
   // last call.

@@ -8,7 +8,10 @@
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/reference.hpp"
+#include "drtrain/comm/poll.hpp"
+#include "drtrain/core/error.hpp"
 #include "protocol.hpp"
+#include "relaxed_server.hpp"
 
 namespace drt::ps {
 namespace {
@@ -19,6 +22,19 @@ constexpr std::size_t kApplyBlock = 4096;
 // millisecond of apply, so peers' pushes towards this PS keep flowing on paths that need the
 // target's progress (osc/pt2pt, osc/ucx over TCP, MPICH).
 constexpr std::size_t kProgressEveryBytes = std::size_t{1} << 20;
+
+// sum[i] = the slots of `workers` summed in that order, ((g0 + g1) + g2) + ..., in float32: bitwise
+// the same whatever order the pushes arrived in. `slot(w)` points at worker w's elements, `widen`
+// makes them float32.
+template <typename Slot, typename Widen>
+void sum_in_order(float* sum, std::size_t n, const std::vector<int>& workers, Slot slot, Widen widen) {
+  const auto* first = slot(workers.front());
+  for (std::size_t i = 0; i < n; ++i) sum[i] = widen(first[i]);
+  for (std::size_t k = 1; k < workers.size(); ++k) {
+    const auto* next = slot(workers[k]);
+    for (std::size_t i = 0; i < n; ++i) sum[i] += widen(next[i]);
+  }
+}
 }  // namespace
 
 std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const ExchangeConfig& config,
@@ -52,7 +68,8 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       first_step_(first_step),
       first_update_(first_update < 0 ? first_step : first_update),
       window_(topo, plan, config),
-      protocol_(make_server_protocol(topo, window_, config)),
+      protocol_(config.mode.relaxed() ? nullptr : make_server_protocol(topo, window_, config)),
+      relaxed_(config.mode.relaxed() ? std::make_unique<RelaxedServer>(topo, window_, config) : nullptr),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
       slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0) {
 }
@@ -64,15 +81,18 @@ const ShardLayout& ParameterServer::layout() const { return window_.layout(topo_
 float* ParameterServer::params() { return window_.local(layout().params(0)); }
 
 void ParameterServer::start() {
-  protocol_->start();
+  if (relaxed_) relaxed_->start();
+  else protocol_->start();
   std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
   if (config_.wire == Wire::kBf16)  // the uploaded or restored parameters, as workers will pull them
     kernels::ref::float_to_bf16(params(), window_.local_bf16(layout().wire_params(0)), range_.size());
-  protocol_->publish(all, 1);
+  if (relaxed_) relaxed_->publish_all(1);
+  else protocol_->publish(all, 1);
 }
 
 std::int64_t ParameterServer::serve(const StepHook& after_step) {
+  if (relaxed_) return serve_relaxed(after_step);
   const int blocks = layout().num_blocks();
   std::vector<bool> applied;
   std::vector<int> ready;
@@ -120,15 +140,10 @@ void ParameterServer::apply_block(int block) {
   std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
-  // Fixed order ((g0 + g1) + g2) + ... in float32: bitwise the same whatever order pushes
-  // arrived in. `slot(w)` points at worker w's elements, `widen` makes them float32.
-  const auto sum_in_worker_order = [workers](float* sum, std::size_t n, auto slot, auto widen) {
-    const auto* first = slot(0);
-    for (std::size_t i = 0; i < n; ++i) sum[i] = widen(first[i]);
-    for (int w = 1; w < workers; ++w) {
-      const auto* next = slot(w);
-      for (std::size_t i = 0; i < n; ++i) sum[i] += widen(next[i]);
-    }
+  std::vector<int> all(static_cast<std::size_t>(workers));
+  for (int w = 0; w < workers; ++w) all[static_cast<std::size_t>(w)] = w;
+  const auto sum_in_worker_order = [&all](float* sum, std::size_t n, auto slot, auto widen) {
+    sum_in_order(sum, n, all, slot, widen);
   };
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
@@ -145,6 +160,131 @@ void ParameterServer::apply_block(int block) {
     update(begin + b, n, params + b, grad, scale);
     if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
     if (zero_sum) std::memset(window_.local(geometry.grad(0, begin)) + b, 0, n * sizeof(float));
+    pacer.advance(n * sizeof(float));
+  }
+  stats_.apply_progress_calls += comm::progress_calls() - progress_before;
+}
+
+std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
+  const int blocks = layout().num_blocks(), workers = topo_.num_workers();
+  const auto B = static_cast<std::size_t>(blocks);
+  const bool backup = config_.mode.kind == SyncKind::kBackup;
+  const auto needed = static_cast<std::size_t>(workers - (backup ? config_.mode.bound : workers - 1));
+  std::vector<std::int64_t> words;
+  std::vector<std::int64_t> version(B, 1);  // published, per block
+  std::vector<std::int64_t> applied(B, 0);  // ssp/async: gradients applied to each block
+  std::vector<std::int64_t> consumed(static_cast<std::size_t>(workers) * B, 0);  // last push taken, [w][b]
+  std::vector<bool> done(B, false);  // backup: block applied for the step being collected
+  std::vector<int> chosen;
+  if (backup) optimizer_->begin_step(global_step(), updates());
+  auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
+  for (;;) {
+    const double t0 = now_seconds();
+    relaxed_->read(words);
+    const double t1 = now_seconds();
+    bool progressed = false;
+    for (int b = 0; b < blocks; ++b) {
+      const auto bi = static_cast<std::size_t>(b);
+      chosen.clear();
+      for (int w = 0; w < workers; ++w) {
+        const std::int64_t pushed = relaxed_->pushed(words, w, b);
+        // backup: the gradients of the step being collected (a late one is of an older step);
+        // ssp/async: any push not consumed yet (a worker has at most one: it waits for taken).
+        if (backup ? pushed == stats_.steps + 1 : pushed > consumed[static_cast<std::size_t>(w) * B + bi])
+          chosen.push_back(w);
+      }
+      if ((backup && done[bi]) || chosen.size() < needed) continue;
+      relaxed_->lock(b);
+      if (backup) {
+        apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()));
+        version[bi] = stats_.steps + 2;
+        stats_.dropped_steps += static_cast<double>(workers - static_cast<int>(chosen.size())) / blocks;
+        done[bi] = true;
+      } else {
+        for (int w : chosen) {
+          const std::int64_t stale = version[bi] - relaxed_->base(words, w, b);
+          stats_.staleness_max = std::max(stats_.staleness_max, stale);
+          stats_.staleness_sum += static_cast<double>(stale);
+          ++stats_.staleness_count;
+          optimizer_->begin_step(first_step_ + applied[bi] / workers, first_update_ + applied[bi] / workers);
+          apply_slots(b, {w}, 1.0f / static_cast<float>(workers));
+          ++applied[bi];
+          ++version[bi];
+          if (b == 0) ++stats_.gradients_applied;
+        }
+      }
+      relaxed_->publish_and_unlock(b, version[bi]);
+      if (!backup)
+        for (int w : chosen) {
+          const std::int64_t pushed = relaxed_->pushed(words, w, b);
+          consumed[static_cast<std::size_t>(w) * B + bi] = pushed;
+          relaxed_->take(w, b, pushed);
+        }
+      progressed = true;
+    }
+    const double t2 = now_seconds();
+    if (progressed) {
+      stats_.wait_s += t1 - t0;
+      stats_.apply_s += t2 - t1;
+      if (span_sink_) span_sink_("ps apply", t1, t2, global_step());
+    } else {
+      stats_.wait_s += t2 - t0;
+    }
+    // Steps complete: backup, every block of the step applied; ssp/async, W gradients applied to
+    // every block (so the checkpoint hook sees whole rounds, and W = 1 counts like sync).
+    if (backup && std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
+      ++stats_.steps;
+      if (after_step) after_step(global_step());
+      std::fill(done.begin(), done.end(), false);
+      optimizer_->begin_step(global_step(), updates());
+    } else if (!backup) {
+      const std::int64_t rounds = *std::min_element(applied.begin(), applied.end()) / workers;
+      while (stats_.steps < rounds) {
+        ++stats_.steps;
+        if (after_step) after_step(global_step());
+      }
+    }
+    if (progressed) {
+      waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
+      continue;
+    }
+    // Every worker left: a worker's last push was consumed before it pulled (ssp/async), and a
+    // late one of backup is dropped.
+    if (words[0] == workers) return stats_.steps;
+    if (!waiter->pause()) {
+      std::vector<int> missing;
+      for (int w = 0; w < workers; ++w) {
+        const std::int64_t pushed = relaxed_->pushed(words, w, 0);
+        if (backup ? pushed < stats_.steps + 1 : pushed <= consumed[static_cast<std::size_t>(w) * B]) missing.push_back(w);
+      }
+      throw relaxed_->hang(missing, waiter->waited_seconds(),
+                           backup ? str("the gradients of step ", global_step()) : std::string("any gradient"));
+    }
+  }
+}
+
+void ParameterServer::apply_slots(int block, const std::vector<int>& workers, float scale) {
+  const ShardLayout& geometry = layout();
+  const bool bf16 = config_.wire == Wire::kBf16;
+  const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
+  float* params = window_.local(geometry.params(begin));
+  std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
+  const std::size_t progress_before = comm::progress_calls();
+  comm::ProgressPacer pacer(kProgressEveryBytes);
+  for (std::size_t b = 0; b < size; b += kApplyBlock) {
+    const std::size_t n = std::min(kApplyBlock, size - b);
+    const float* grad = slot_sum_.data();
+    if (bf16)
+      sum_in_order(
+          slot_sum_.data(), n, workers, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
+          kernels::bf16_bits_to_float);
+    else if (workers.size() > 1)
+      sum_in_order(
+          slot_sum_.data(), n, workers, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
+          [](float x) { return x; });
+    else grad = window_.local(geometry.grad(workers.front(), begin)) + b;
+    update(begin + b, n, params + b, grad, scale);
+    if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
     pacer.advance(n * sizeof(float));
   }
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;

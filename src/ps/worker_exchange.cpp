@@ -234,6 +234,13 @@ void WorkerExchange::finish() {
   finished_ = true;
 }
 
+std::int64_t WorkerExchange::catch_up() {
+  if (config_.mode.kind == SyncKind::kBackup) pushes_ = std::max(pushes_, protocol_->pulled_version() - 1);
+  return pushes_;
+}
+
+std::int64_t WorkerExchange::max_lead() const { return protocol_->max_lead(); }
+
 ExchangeTimes WorkerExchange::take_times() { return std::exchange(times_, ExchangeTimes{}); }
 
 }  // namespace drt::ps

@@ -59,6 +59,11 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
   // One option a line (clang-format 14 runs add_options() chains together).
   // clang-format off
   d.add_options()
+      ("sync-mode", choice(out.mode, ps::to_string(out.mode), ps::parse_sync_mode),
+       "when the PS apply gradients: sync (every step waits for every worker) | backup:B (apply each step "
+       "once all but B workers' gradients are in; late ones are dropped) | ssp:S (each gradient applied as "
+       "it arrives; a worker leads the slowest by at most S steps) | async (each gradient applied as it "
+       "arrives, no waiting)")
       ("rma-sync", choice(out.sync, ps::to_string(out.sync), ps::parse_rma_sync),
        "RMA synchronisation: passive (lock_all + flush + arrival/version words) | fence")
       ("grad-push", choice(out.push, ps::to_string(out.push), ps::parse_grad_push),

@@ -1,5 +1,6 @@
 #include "drtrain/train/train_config.hpp"
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -73,9 +74,15 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "overlap the exchange with compute on a worker thread: push gradients during backward, pull "
        "parameters during the next forward (CPU towers with --rma-sync passive; not yet faster across "
        "nodes, see docs/ARCHITECTURE.md)")
+      ("straggler", po::value<std::string>(&c.straggler)->default_value(c.straggler),
+       "experiments only: W:F makes worker W sleep after each step's compute so that its steps take about F "
+       "times as long (e.g. 3:3), to measure --sync-mode against a slow worker")
       ("bucket-kib", po::value<std::size_t>(&c.bucket_kib)->default_value(c.bucket_kib),
        "--overlap: gradients leave in buckets of whole layers of at least this many KiB")
       ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end")
+      ("eval-every", po::value<std::int64_t>(&c.eval_every)->default_value(c.eval_every),
+       "also evaluate every this many steps (0: at epoch ends only); each evaluation's metrics record has "
+       "the seconds since training started (time to accuracy)")
       ("checkpoint-dir", po::value<std::string>(&c.checkpoint_dir)->default_value(c.checkpoint_dir),
        "write HDF5 checkpoints here (one at the end, more with --checkpoint-every/-secs)")
       ("checkpoint-every", po::value<std::int64_t>(&c.checkpoint_every)->default_value(c.checkpoint_every),
@@ -122,6 +129,24 @@ std::array<int, 3> TrainConfig::synthetic_dims() const {
   return dims;
 }
 
+TrainConfig::Straggler TrainConfig::parse_straggler() const {
+  Straggler s;
+  if (straggler.empty()) return s;
+  const std::size_t colon = straggler.find(':');
+  const std::string worker = colon == std::string::npos ? straggler : straggler.substr(0, colon);
+  const std::string factor = colon == std::string::npos ? std::string() : straggler.substr(colon + 1);
+  char* end = nullptr;
+  const double f = factor.empty() ? 0.0 : std::strtod(factor.c_str(), &end);
+  const bool ok = !worker.empty() && worker.size() <= 6 && worker.find_first_not_of("0123456789") == std::string::npos &&
+                  end != nullptr && *end == '\0' && f >= 1.0 && f <= 1000.0;
+  if (!ok)
+    throw ConfigError(str("--straggler '", straggler,
+                          "': use WORKER:FACTOR, e.g. 3:3 (worker 3's steps take about 3x as long; factor 1..1000)"));
+  s.worker = std::stoi(worker);
+  s.factor = f;
+  return s;
+}
+
 void TrainConfig::validate() const {
   load_model();  // the shapes are checked once the data set's are known
   if (dataset != "fashion-mnist" && dataset != "synthetic" && dataset != "hdf5")
@@ -147,11 +172,13 @@ void TrainConfig::validate() const {
   if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
   if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
   if (bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
+  if (eval_every < 0) throw ConfigError(str("--eval-every must be >= 0 (got ", eval_every, "; 0: at epoch ends only)"));
   if (checkpoint_every < 0 || checkpoint_secs < 0)
     throw ConfigError("--checkpoint-every and --checkpoint-secs must be >= 0");
   if ((checkpoint_every > 0 || checkpoint_secs > 0) && checkpoint_dir.empty())
     throw ConfigError("--checkpoint-every/--checkpoint-secs need --checkpoint-dir DIR");
   parse_stop_signals(stop_signals);  // ConfigError naming a bad entry
+  parse_straggler();                 // ConfigError naming --straggler
   if (keep < 1) throw ConfigError(str("--keep must be at least 1 (got ", keep, ")"));
   if (resume == "latest" && checkpoint_dir.empty())
     throw ConfigError("--resume without a file needs --checkpoint-dir DIR (or pass --resume FILE)");
@@ -174,13 +201,16 @@ std::string TrainConfig::to_ini() const {
     << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\ntimeline-max-spans = " << timeline_max_spans
     << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
-    << "\neval = " << (eval ? "true" : "false") << "\ncheckpoint-dir = " << checkpoint_dir
+    << "\nstraggler = " << straggler
+    << "\neval = " << (eval ? "true" : "false") << "\neval-every = " << eval_every
+    << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps
     << "\nps-placement = " << comm::to_string(layout.placement) << "\nexpect-ranks = " << layout.expect_ranks
-    << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
+    << "\nsync-mode = " << ps::to_string(exchange.mode) << "\nrma-sync = " << ps::to_string(exchange.sync)
+    << "\ngrad-push = " << ps::to_string(exchange.push)
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
     << "\nwire = " << ps::to_string(exchange.wire) << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024
     << "\nhang-timeout = " << exchange.hang_timeout_s

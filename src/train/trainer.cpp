@@ -136,6 +136,10 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   if (c.max_steps > 0) job.total_steps = std::min(job.total_steps, c.max_steps);
   if (job.optimizer.schedule.total_steps == 0) job.optimizer.schedule.total_steps = job.total_steps;
   job.optimizer.validate();
+  c.exchange.validate_for(topo.num_workers());
+  if (c.parse_straggler().worker >= topo.num_workers())
+    throw ConfigError(str("--straggler ", c.straggler, ": there are only ", topo.num_workers(),
+                          " workers (0..", topo.num_workers() - 1, ")"));
   job.blas_threads = choose_blas_threads(c, topo);
   job.devices = plan_devices(c, topo);
   return job;
@@ -176,6 +180,13 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(str("device ", job.devices.describe(), " (the chief's; --device ", c.device, ")"));
   out.line(str("optimizer ", job.optimizer.describe()));
   out.line(str("exchange ", c.exchange.describe(job.topo.num_nodes())));
+  if (c.exchange.mode.relaxed())
+    out.line(str("sync-mode ", ps::to_string(c.exchange.mode),
+                 ": the chief reports its own steps and evaluates alone; stop signals keep their default action (no "
+                 "vote: resume from the last --checkpoint-every/-secs checkpoint)"));
+  if (c.parse_straggler().worker >= 0)
+    out.line(str("straggler (an experiment): worker ", c.parse_straggler().worker, "'s steps are slowed ",
+                 c.parse_straggler().factor, "x"));
   if (!comm::rma_component_note().empty()) out.line(comm::rma_component_note());
   std::string plan = job.plan.describe(job.spec.layout());
   if (!plan.empty() && plan.back() == '\n') plan.pop_back();
@@ -207,7 +218,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
     comm::Watchdog::beat("PS step");
     if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);        // hang watchdog tests
     if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1))) raise(SIGTERM);  // stop signal tests
-    vote.cast(step - 1);  // `step` steps are done: the vote on the last one
+    if (!job.config.exchange.mode.relaxed()) vote.cast(step - 1);  // `step` steps are done: the vote on the last one
     checkpoints.after_step(step);
   });
   checkpoints.finish(server.global_step());  // also when stopped early: what a requeued job resumes from
@@ -218,6 +229,10 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   r.wall_s = now_seconds() - wall0;
   r.cpu_s = process_cpu_seconds() - cpu0;
   r.busy_s = server.stats().apply_s + server.stats().publish_s;
+  r.dropped_steps = server.stats().dropped_steps;
+  r.staleness_max = server.stats().staleness_max;
+  r.staleness_sum = server.stats().staleness_sum;
+  r.staleness_count = server.stats().staleness_count;
   return r;
 }
 
@@ -249,6 +264,33 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     (is_ps ? ps_rss : worker_rss) = std::max(is_ps ? ps_rss : worker_rss, x.peak_rss_mib);
     if (!is_ps && x.wall_s > 0) data_wait = std::max(data_wait, x.data_wait_s / x.wall_s);
   }
+  const ps::SyncMode mode = job.config.exchange.mode;
+  double dropped = 0.0, staleness_sum = 0.0, samples = 0.0;
+  std::int64_t staleness_max = 0, staleness_count = 0, max_lead = 0;
+  std::string skipped;
+  for (int p = 0; p < topo.num_ps(); ++p) {
+    const RankReport& r = all[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
+    dropped = std::max(dropped, r.dropped_steps);  // every PS drops its blocks of the same late pushes, or near
+    staleness_max = std::max(staleness_max, r.staleness_max);
+    staleness_sum += r.staleness_sum;
+    staleness_count += r.staleness_count;
+  }
+  for (int w = 0; w < topo.num_workers(); ++w) {
+    const RankReport& r = all[static_cast<std::size_t>(topo.worker_world_ranks()[static_cast<std::size_t>(w)])];
+    max_lead = std::max(max_lead, r.max_lead);
+    samples += static_cast<double>(r.samples_computed);
+    skipped += str(w ? ", " : "", r.skipped_steps);
+  }
+  const double staleness_mean = staleness_count ? staleness_sum / static_cast<double>(staleness_count) : 0.0;
+  if (mode.kind == ps::SyncKind::kBackup)
+    out.line(str("sync-mode ", ps::to_string(mode), ": the PS dropped ", fixed(dropped, 1),
+                 " steps' worth of late gradients; steps each worker skipped to catch up: ", skipped));
+  if (mode.kind == ps::SyncKind::kSsp || mode.kind == ps::SyncKind::kAsync)
+    out.line(str("sync-mode ", ps::to_string(mode), ": staleness of the applied gradients (updates of a block between ",
+                 "a worker's pull and the apply): mean ", fixed(staleness_mean, 2), ", max ", staleness_max,
+                 mode.kind == ps::SyncKind::kSsp
+                     ? str("; most steps a worker led the slowest: ", max_lead, " (bound ", mode.bound, ")")
+                     : std::string()));
   out.line(str("peak resident memory: ", fixed(worker_rss, 1), " MiB per worker, ", fixed(ps_rss, 1),
                " MiB per PS (the largest); workers waited for data ", fixed(100.0 * data_wait, 2),
                "% of the time (the most)"));
@@ -258,7 +300,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("dataset", job.config.dataset)
       .add("test_accuracy", c.test_accuracy)
       .add("test_loss", c.test_loss)
-      .add("samples_per_s", c.samples_per_s)
+      .add("samples_per_s", mode.relaxed() && c.wall_s > 0 ? samples / c.wall_s : c.samples_per_s)
       .add("wall_s", wall_s)
       .add("steps", c.steps)
       .add("ranks", topo.world_size())
@@ -269,7 +311,12 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("ps_cpu_fraction", ps_cpu_fraction)
       .add("worker_peak_rss_mib", worker_rss)
       .add("ps_peak_rss_mib", ps_rss)
-      .add("data_wait_fraction", data_wait);
+      .add("data_wait_fraction", data_wait)
+      .add("sync_mode", ps::to_string(mode));
+  if (mode.kind == ps::SyncKind::kBackup) summary.add("dropped_steps", dropped).add("skipped_steps", skipped);
+  if (mode.kind == ps::SyncKind::kSsp || mode.kind == ps::SyncKind::kAsync)
+    summary.add("staleness_mean", staleness_mean).add("staleness_max", staleness_max);
+  if (mode.kind == ps::SyncKind::kSsp) summary.add("max_lead", max_lead);
   if (c.stop_signal) summary.add("stopped_by", signal_name(c.stop_signal));
   out.summary(summary);
 }
@@ -278,8 +325,9 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
 
 int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   const double start = now_seconds();
-  // Before anything collective: a stop signal from here on is recorded, not fatal.
-  install_stop_signals(parse_stop_signals(config.stop_signals));
+  // Before anything collective: a stop signal from here on is recorded, not fatal. Not in the
+  // relaxed modes, whose ranks cast no stop votes (a signal keeps its default action there).
+  if (!config.exchange.mode.relaxed()) install_stop_signals(parse_stop_signals(config.stop_signals));
   const comm::Topology topo =
       comm::Topology::create(config.layout.num_ps, config.layout.placement, config.layout.expect_ranks);
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");

@@ -4,9 +4,11 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "drtrain/comm/mpi_check.hpp"
@@ -75,7 +77,9 @@ class WorkerLoop {
         towers_(make_towers(job.spec, job.devices, job.config.towers,
                             job.config.batch_size / (topo_.num_workers() * job.config.towers))),
         exchange_(topo_, job.plan, job.config.exchange),
-        data_(data) {}
+        data_(data),
+        relaxed_(job.config.exchange.mode.relaxed()),
+        straggler_(job.config.parse_straggler()) {}
 
   void copy_parameters(std::vector<float>& out) {
     const float* p = towers_->parameter_staging();
@@ -98,10 +102,14 @@ class WorkerLoop {
     lc.normalize = data_.normalize;
     data::BatchLoader loader(*data_.train, lc);
     const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
-    interval_start_ = wall0;
+    interval_start_ = run_start_ = wall0;
     bool evaluated_last = false;
     std::int64_t step = resume_.step;
     int stopped_by = 0;
+    if (relaxed_) {
+      run_relaxed(loader, step);
+      return finish_run(step, 0, evaluated_last, wall0, cpu0);
+    }
     for (; step < job_.total_steps; ++step) {
       if ((stopped_by = stop_verdict(step)) != 0) break;
       const double before = now_seconds();
@@ -115,9 +123,51 @@ class WorkerLoop {
       const bool epoch_end = batch.step_in_epoch + 1 == batch.steps_in_epoch;
       if ((step + 1) % job_.config.log_every == 0 || epoch_end || step + 1 == job_.total_steps)
         report_interval(step, batch);
-      evaluated_last = epoch_end && job_.config.eval;
-      if (evaluated_last) evaluate(step, batch.epoch);
+      const std::int64_t every = job_.config.eval_every;
+      evaluated_last = (epoch_end || (every > 0 && (step + 1) % every == 0)) && job_.config.eval;
+      if (evaluated_last) evaluate(step, batch.epoch, epoch_end);
     }
+    return finish_run(step, stopped_by, evaluated_last, wall0, cpu0);
+  }
+
+ private:
+  // --sync-mode backup/ssp/async: the same steps, without the stop votes and the workers'
+  // collectives (they would make every worker wait for the slowest at each vote or report):
+  // the chief reports its own progress and evaluates the whole test set alone. Under backup a
+  // worker whose gradients came late moves on to the step the PS are at (WorkerExchange::
+  // catch_up), skipping its batches of the steps in between. Sets `step` to the step reached.
+  void run_relaxed(data::BatchLoader& loader, std::int64_t& step) {
+    bool evaluated_last = false;
+    const std::int64_t per_epoch = job_.steps_per_epoch;
+    const auto crosses = [](std::int64_t from, std::int64_t to, std::int64_t every) {
+      return to / every > from / every;
+    };
+    while (step < job_.total_steps) {
+      const double before = now_seconds();
+      const data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
+      const double waited = loader.take_wait_seconds();
+      phases_.data += waited;
+      data_wait_s_ += waited;
+      job_.timeline->span("data wait", before, now_seconds(), step);
+      train_step(batch, step);
+      for (const auto& part : batch.towers) samples_computed_ += part.count;
+      const std::int64_t next = std::min(job_.total_steps, resume_.step + exchange_.catch_up());
+      for (std::int64_t skip = step + 1; skip < next; ++skip) data_or_fatal([&] { return loader.next(); });
+      skipped_steps_ += next - step - 1;
+      const bool epoch_end = crosses(step, next, per_epoch);
+      if (crosses(step, next, job_.config.log_every) || epoch_end || next == job_.total_steps)
+        report_interval(next - 1, batch);
+      const std::int64_t every = job_.config.eval_every;
+      evaluated_last = (epoch_end || (every > 0 && crosses(step, next, every))) && job_.config.eval;
+      if (evaluated_last)  // the epoch that ended, or the one the step is in
+        evaluate(next - 1, static_cast<int>(epoch_end ? next / per_epoch - 1 : (next - 1) / per_epoch), epoch_end);
+      step = next;
+    }
+    evaluated_last_ = evaluated_last;
+  }
+
+  RankReport finish_run(std::int64_t step, int stopped_by, bool evaluated_last, double wall0, double cpu0) {
+    if (relaxed_) evaluated_last = evaluated_last_;
     if (pipeline_) {
       drain();
       towers_->set_layer_hooks({});
@@ -144,14 +194,17 @@ class WorkerLoop {
     r.test_accuracy = last_eval_.samples > 0 ? last_eval_.correct / last_eval_.samples : 0.0;
     r.test_loss = last_eval_.samples > 0 ? last_eval_.loss / last_eval_.samples : 0.0;
     r.samples_per_s = r.wall_s > 0 ? static_cast<double>(samples_trained_) / r.wall_s : 0.0;
+    r.skipped_steps = skipped_steps_;
+    r.max_lead = exchange_.max_lead();
+    r.samples_computed = samples_computed_;
     return r;
   }
 
- private:
   // This worker's contiguous part of the test set: [begin, end).
+  // Relaxed modes: the chief, all of it.
   std::pair<int, int> test_part() const {
-    const int w = topo_.role_index(), workers = topo_.num_workers();
-    const std::int64_t count = data_.test ? data_.test->info().count : 0;
+    const int w = relaxed_ ? 0 : topo_.role_index(), workers = relaxed_ ? 1 : topo_.num_workers();
+    const std::int64_t count = data_.test && (!relaxed_ || topo_.is_chief()) ? data_.test->info().count : 0;
     return {static_cast<int>(count * w / workers), static_cast<int>(count * (w + 1) / workers)};
   }
 
@@ -172,7 +225,8 @@ class WorkerLoop {
     int level = MPI_THREAD_SINGLE;
     DRT_MPI_CHECK(MPI_Query_thread(&level));
     std::string why_not;
-    if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
+    if (relaxed_) why_not = str("--sync-mode ", ps::to_string(job_.config.exchange.mode), " is not pipelined yet");
+    else if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
     else if (job_.config.exchange.sync != ps::RmaSync::kPassive) why_not = "--rma-sync fence pulls in one epoch";
     else if (level < MPI_THREAD_SERIALIZED) why_not = "the MPI library does not provide MPI_THREAD_SERIALIZED";
     if (!why_not.empty()) {
@@ -243,6 +297,7 @@ class WorkerLoop {
     const double t0 = now_seconds();
     const backend::LossSums sums = towers_->compute(batch, scale, pass(step));
     check_loss(sums, batch, step);
+    straggle(now_seconds() - t0);
     const double t1 = now_seconds();
     const float* grad = towers_->combine_gradients();
     const double t2 = now_seconds();
@@ -285,6 +340,7 @@ class WorkerLoop {
     pipeline_->begin_step(step);
     const backend::LossSums sums = towers_->compute(batch, scale, pass(step));
     check_loss(sums, batch, step);
+    straggle(now_seconds() - t0);  // with the exchange waits of forward: an experiment knob
     pipeline_->backward_done();
     const double t1 = now_seconds();
     const double exposed = pipeline_->take_exposed_seconds();
@@ -300,6 +356,12 @@ class WorkerLoop {
     phases_.pull += x.pull_s;
     phases_.exposed += exposed;
     finish_step(batch, sums, t1 - t0);
+  }
+
+  // --straggler W:F on worker W: sleeps (F - 1) x the step's compute time (an experiment knob).
+  void straggle(double compute_s) const {
+    if (straggler_.worker != topo_.role_index() || straggler_.factor <= 1.0) return;
+    std::this_thread::sleep_for(std::chrono::duration<double>((straggler_.factor - 1.0) * std::max(0.0, compute_s)));
   }
 
   void check_loss(const backend::LossSums& sums, const data::WorkerBatch& batch, std::int64_t step) const {
@@ -325,20 +387,22 @@ class WorkerLoop {
   void report_interval(std::int64_t step, const data::WorkerBatch& batch) {
     drain();
     const std::string what = str("the training statistics of step ", step + 1, " among the workers");
-    reduce(tally_.values(), 3, MPI_SUM, what);
-    reduce(phases_.values(), Phases::kCount, MPI_MAX, what);
+    if (!relaxed_) {
+      reduce(tally_.values(), 3, MPI_SUM, what);
+      reduce(phases_.values(), Phases::kCount, MPI_MAX, what);
+    }
     const double now = now_seconds();
     const double rate = tally_.samples / std::max(1e-9, now - interval_start_);
     const double eta = static_cast<double>(job_.total_steps - step - 1) * job_.config.batch_size / std::max(rate, 1e-9);
     const double loss = tally_.loss / std::max(1.0, tally_.samples);
     const double accuracy = tally_.correct / std::max(1.0, tally_.samples);
     const double per_step = 1e3 / std::max(1, interval_steps_);
-    const Stragglers s = stragglers(what);
+    const Stragglers s = relaxed_ ? Stragglers{} : stragglers(what);
     out_.line(str("epoch ", batch.epoch + 1, "/", job_.config.epochs, " step ", batch.step_in_epoch + 1, "/",
                   batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  loss ", fixed(loss, 4),
                   "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate), " samples/s  ETA ",
-                  clock_text(eta)));
-    if (topo_.num_workers() > 1)
+                  clock_text(eta), relaxed_ ? " (the chief's own steps)" : ""));
+    if (topo_.num_workers() > 1 && !relaxed_)
       out_.line(str("  step ms over workers: median ", fixed(s.median, 2), ", p90 ", fixed(s.p90, 2), ", max ",
                     fixed(s.max, 2), "; slowest ", topo_.worker_name(s.slowest), " (median ",
                     fixed(s.slowest_median, 2), ")"));
@@ -408,8 +472,9 @@ class WorkerLoop {
 
   double current_lr(std::int64_t step) const { return job_.optimizer.schedule.lr_at(job_.optimizer.lr, step); }
 
-  // Test-set loss and accuracy: every worker its slice, summed over the workers.
-  void evaluate(std::int64_t step, int epoch) {
+  // Test-set loss and accuracy: every worker its slice, summed over the workers. `epoch` < 0:
+  // the final evaluation; otherwise after step `step` of epoch `epoch`, at its end or not.
+  void evaluate(std::int64_t step, int epoch, bool epoch_end = true) {
     comm::Watchdog::beat("evaluation");
     drain();
     const double start = now_seconds();
@@ -426,19 +491,26 @@ class WorkerLoop {
       t.loss += sums.loss;
       t.correct += static_cast<double>(sums.correct);
     }
-    reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
+    if (!relaxed_)
+      reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
+    else if (!topo_.is_chief())
+      return;
     last_eval_ = t;
     job_.timeline->span("evaluation", start, now_seconds(), step + 1);
     if (t.samples == 0) return;
     const double accuracy = t.correct / t.samples, loss = t.loss / t.samples;
-    out_.line(str(epoch >= 0 ? str("epoch ", epoch + 1, " ") : std::string("final "), "test: loss ", fixed(loss, 4),
+    const std::string label = epoch < 0   ? std::string("final ")
+                              : epoch_end ? str("epoch ", epoch + 1, " ")
+                                          : str("step ", step + 1, " ");
+    out_.line(str(label, "test: loss ", fixed(loss, 4),
                   "  accuracy ", fixed(accuracy, 4), " (", static_cast<long>(t.samples), " images)"));
     out_.record(JsonLine()
                     .add("eval", true)
                     .add("step", static_cast<std::int64_t>(step + 1))
                     .add("epoch", epoch >= 0 ? epoch + 1 : -1)
                     .add("test_loss", loss)
-                    .add("test_accuracy", accuracy));
+                    .add("test_accuracy", accuracy)
+                    .add("elapsed_s", now_seconds() - run_start_));
   }
 
   const Job& job_;
@@ -457,9 +529,15 @@ class WorkerLoop {
   std::vector<double> step_ms_;  // this worker's step times (compute to parameters loaded) in the interval
   int interval_steps_ = 0;
   double interval_start_ = 0.0;
+  double run_start_ = 0.0;  // when training started (evaluation records: elapsed_s)
   double busy_s_ = 0.0;
   double data_wait_s_ = 0.0;  // waiting for the loader, over the whole run
   std::int64_t samples_trained_ = 0;
+  const bool relaxed_;  // --sync-mode backup/ssp/async
+  const TrainConfig::Straggler straggler_;
+  std::int64_t skipped_steps_ = 0;     // backup: steps skipped to catch up
+  std::int64_t samples_computed_ = 0;  // this worker's samples of the steps it trained
+  bool evaluated_last_ = false;
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // give exact results; deterministic mode is bitwise reproducible and matches a float32
 // rank-ordered reference; per-bucket pushes and per-range pulls equal whole-buffer ones; with
 // --wire bf16 the PS's float32 master equals a float64 reference fed the bf16-rounded gradients
-// and workers hold its bf16 rounding.
+// and workers hold its bf16 rounding; the relaxed --sync-mode values apply every gradient
+// exactly once.
 // Run as: mpiexec -n P+W test_exchange --num-ps P
 #include <gtest/gtest.h>
 
@@ -44,8 +45,10 @@ struct Case {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;
   Wire wire = Wire::kFp32;
+  SyncMode mode;  // --sync-mode
   std::size_t size = 1000;
   bool integer_grads = false;
+  bool same_grads = false;  // every worker pushes the same gradient (worker 0's)
   bool buckets = false;     // push/pull in uneven buckets, last bucket first
   bool early_pull = false;  // buckets: WorkerExchange::pull_during_push (what --overlap uses)
   optim::OptimizerConfig optimizer;
@@ -53,7 +56,8 @@ struct Case {
   std::size_t chunk_bytes = 4096;  // many chunks even for small sizes
 
   std::string name() const {
-    return str(to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "", " n=", size,
+    return str(to_string(mode), "+", to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "",
+               " n=", size,
                integer_grads ? " int" : "", buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
   }
 };
@@ -64,6 +68,7 @@ float initial_param(const Case& c, std::size_t i) {
 
 // Gradient of worker w at step s. Integer case: multiples of W, so the mean is an integer.
 float gradient(const Case& c, int workers, int step, int worker, std::size_t i) {
+  if (c.same_grads) worker = 0;
   if (c.integer_grads)
     return static_cast<float>(
         workers * (static_cast<int>(mix(i * 7 + std::uint64_t(step) * 131 + std::uint64_t(worker)) % 17) - 8));
@@ -85,6 +90,7 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
   config.sync = c.sync;
   config.push = c.push;
   config.wire = c.wire;
+  config.mode = c.mode;
   config.chunk_bytes = c.chunk_bytes;
   config.hang_timeout_s = 60;
   const ShardPlan plan = ShardPlan::balanced(c.size, topo.num_ps());
@@ -250,6 +256,48 @@ TEST_F(Exchange, MatchesFloat64Reference) {
             topo_->is_worker() ? compare(c, got, float64_reference(c, topo_->num_workers()), 1e-6) : "";
         ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
       }
+}
+
+// --sync-mode ssp/async apply each worker's gradient once, as it arrives, scaled 1/W; backup:B
+// applies each step with the mean of the W - B or more gradients that came first. With plain
+// SGD (lr 1) on integer gradients every order gives the same exact sum, so the PS's master after
+// the run equals the float64 reference whatever the timing: a gradient lost, applied twice,
+// mixed into another step or read while half written would show. Under backup every worker
+// pushes the same gradient, so the mean is the same whichever workers make the step, provided
+// the PS divides by the number it used (dividing by W would not be exact). Both wires.
+TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
+  const int workers = topo_->num_workers();
+  std::vector<SyncMode> modes = {{SyncKind::kAsync, 0}, {SyncKind::kSsp, 1}, {SyncKind::kSsp, 2}};
+  if (workers > 1) modes.push_back({SyncKind::kBackup, 1});
+  for (const SyncMode& mode : modes)
+    for (Wire wire : {Wire::kFp32, Wire::kBf16}) {
+      Case c;
+      c.mode = mode;
+      c.push = GradPush::kSlots;
+      c.wire = wire;
+      c.size = 100003;
+      c.integer_grads = true;
+      c.same_grads = mode.kind == SyncKind::kBackup;
+      c.optimizer = plain_sgd_lr1();
+      c.steps = 6;
+      run_exchange(*topo_, c);
+      std::string detail;
+      if (topo_->is_ps()) {
+        const ShardRange range = ShardPlan::balanced(c.size, topo_->num_ps()).shard(topo_->role_index());
+        const std::vector<double> want = float64_reference(c, workers);
+        for (std::size_t i = 0; i < range.size() && detail.empty(); ++i)
+          if (static_cast<double>(g_last_master[i]) != want[range.begin + i])
+            detail = str(c.name(), ": PS master element ", range.begin + i, " is ", g_last_master[i], ", reference ",
+                         want[range.begin + i]);
+        const ServerStats& st = g_last_server_stats;
+        if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != workers * c.steps)
+          detail = str(c.name(), ": ", st.gradients_applied, " gradients applied to block 0, expected ",
+                       workers * c.steps);
+        if (detail.empty() && mode.kind == SyncKind::kBackup && st.dropped_steps > c.steps * mode.bound)
+          detail = str(c.name(), ": ", st.dropped_steps, " steps' worth dropped, at most ", c.steps * mode.bound);
+      }
+      ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
+    }
 }
 
 // Integers up to 256 are exact in bf16 too: the 16-bit wire must be exact here as well.

@@ -1,5 +1,5 @@
-// Test-only fault injection. DRT_TEST_FAULT names one fault; the code that can fail asks whether
-// it is the one requested. Faults in use:
+// Test-only fault injection. DRT_TEST_FAULT names one fault, or several separated by commas; the
+// code that can fail asks whether it is one of those requested. Faults in use:
 //   checkpoint-write:<step>   PS 0 kills itself (SIGKILL) in the middle of that checkpoint
 //   checkpoint-slow:<step>    every PS's background write of that checkpoint first sleeps 6 s
 //   checkpoint-full:<step>    the last PS's background write of that checkpoint fails (disk full)
@@ -17,7 +17,9 @@ namespace drt {
 
 inline bool test_fault(const std::string& fault) {
   const char* spec = std::getenv("DRT_TEST_FAULT");
-  return spec && fault == spec;
+  if (!spec) return false;
+  const std::string all = std::string(",") + spec + ",";
+  return all.find("," + fault + ",") != std::string::npos;
 }
 
 }  // namespace drt

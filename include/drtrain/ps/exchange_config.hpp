@@ -46,8 +46,30 @@ enum class Wire {
 Wire parse_wire(const std::string& text);  // ConfigError lists the choices
 std::string to_string(Wire wire);
 
+// When the PS applies gradients (docs/ARCHITECTURE.md, "Relaxed synchronisation"). Every mode
+// but kSync pushes into per-worker slots and reads parameters under a per-block read lock.
+enum class SyncKind {
+  kSync,    // one update per step with the mean of all W workers' gradients (bitwise reproducible
+            // with --deterministic)
+  kBackup,  // step t is applied once W - B workers' gradients of step t are in (their mean); late
+            // gradients of step t are dropped; a late worker skips to the newest step
+  kSsp,     // each worker's gradient applied (scaled 1/W) as it arrives; a worker pushes step t
+            // only once every worker has pushed step t - S
+  kAsync,   // each worker's gradient applied (scaled 1/W) as it arrives; nobody waits for others
+};
+struct SyncMode {
+  SyncKind kind = SyncKind::kSync;
+  int bound = 0;  // backup: B (workers not waited for); ssp: S (steps a worker may lead)
+  bool relaxed() const { return kind != SyncKind::kSync; }
+  bool operator==(const SyncMode& o) const { return kind == o.kind && bound == o.bound; }
+};
+// "sync", "backup:B", "ssp:S", "async"; ConfigError with the forms otherwise.
+SyncMode parse_sync_mode(const std::string& text);
+std::string to_string(const SyncMode& mode);
+
 struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
+  SyncMode mode;  // --sync-mode
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   Wire wire = Wire::kFp32;
   bool deterministic = false;  // --deterministic: the same as push = kSlots
@@ -56,8 +78,10 @@ struct ExchangeConfig {
   double hang_timeout_s = 300.0;  // passive waits give up after this
   int max_nap_us = 100;           // longest sleep between polls
 
-  // bf16 on the wire always goes into per-worker slots.
-  GradPush grad_push() const { return deterministic || wire == Wire::kBf16 ? GradPush::kSlots : push; }
+  // bf16 on the wire and the relaxed modes always go into per-worker slots.
+  GradPush grad_push() const {
+    return deterministic || wire == Wire::kBf16 || mode.relaxed() ? GradPush::kSlots : push;
+  }
   // Bytes per element of the gradients pushed and the parameters pulled.
   std::size_t wire_bytes() const { return wire == Wire::kBf16 ? 2 : 4; }
   // The chunk for a job on `num_nodes` nodes: chunk_bytes if set, else 1 MiB on one node (shared
@@ -70,6 +94,8 @@ struct ExchangeConfig {
   }
   bool per_worker_slots() const { return grad_push() == GradPush::kSlots; }
   void validate() const;  // ConfigError naming the flag
+  // What needs the number of workers: backup:B needs B < W. ConfigError naming the flag.
+  void validate_for(int num_workers) const;
   std::string describe(int num_nodes) const;
 };
 

@@ -22,6 +22,7 @@
 namespace drt::ps {
 
 class ServerProtocol;
+class RelaxedServer;
 
 struct ServerStats {
   std::int64_t steps = 0;
@@ -29,6 +30,12 @@ struct ServerStats {
   double apply_s = 0.0;                  // optimizer, slot sums and zeroing
   double publish_s = 0.0;                // publishing versions (fence: includes the workers' pulls)
   std::size_t apply_progress_calls = 0;  // MPI progress turns taken inside applies (comm/progress.hpp)
+  // The relaxed modes (--sync-mode backup/ssp/async):
+  double dropped_steps = 0.0;          // backup: late gradients dropped, in steps' worth (block by block)
+  std::int64_t gradients_applied = 0;  // ssp/async: worker gradients applied to block 0
+  std::int64_t staleness_max = 0;      // ssp/async: updates of a block between a worker's pull and
+  double staleness_sum = 0.0;          //   the apply of the gradient it computed from it
+  std::int64_t staleness_count = 0;
 };
 
 class ParameterServer {
@@ -48,7 +55,8 @@ class ParameterServer {
   void start();
 
   // Serves steps until every worker has called WorkerExchange::finish(); returns the number of
-  // steps applied. `after_step(steps_done)` runs after each complete step (parameters stay
+  // steps applied. Under the relaxed --sync-mode values a step is W gradients applied to every
+  // block (ssp, async), or a step applied with at least W - B workers' gradients (backup). `after_step(steps_done)` runs after each complete step (parameters stay
   // unchanged until the next step is pushed, so the hook may read params(), e.g. to save).
   using StepHook = std::function<void(std::int64_t global_step)>;
   std::int64_t serve(const StepHook& after_step = {});
@@ -75,6 +83,10 @@ class ParameterServer {
  private:
   const ShardLayout& layout() const;
   void apply_block(int block);
+  std::int64_t serve_relaxed(const StepHook& after_step);
+  // Relaxed modes: the optimizer on block `block` with the slots of `workers` summed in that
+  // order, times `scale`.
+  void apply_slots(int block, const std::vector<int>& workers, float scale);
   // The optimizer over shard elements [offset, offset + n), or the state rule where they are state.
   void update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale);
 
@@ -83,7 +95,8 @@ class ParameterServer {
   ShardRange range_;
   std::int64_t first_step_, first_update_;
   ShardWindow window_;
-  std::unique_ptr<ServerProtocol> protocol_;  // the --rma-sync mode's synchronisation
+  std::unique_ptr<ServerProtocol> protocol_;  // the --rma-sync mode's synchronisation (--sync-mode sync)
+  std::unique_ptr<RelaxedServer> relaxed_;    // --sync-mode backup/ssp/async
   std::unique_ptr<optim::Optimizer> optimizer_;
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
   ServerStats stats_;

@@ -16,6 +16,8 @@
 //                               with W slots of S elements (float32, or bf16 with --wire bf16)
 //   fence:   one data window    params (and their bf16 copy), then the sum (or the W slots)
 //   control window (both):      version[B] | arrivals[B] | departed | pushed[W][B]   (int64)
+//                               | base[W][B] | taken[W][B] | readers[B] | writing[B]
+//                               (the relaxed modes' words)
 // version[b]: the newest published version of block b (the PS writes it, MPI_REPLACE).
 // arrivals[b]: how many pushes of block b have completed, summed over workers and steps
 //   (each worker adds 1 with MPI_Accumulate(MPI_SUM) after flushing its gradient): all W pushes
@@ -24,6 +26,10 @@
 // departed: how many workers have left (MPI_SUM).
 // pushed[w][b]: the last step worker w announced for block b (MPI_REPLACE, in the same flush as
 //   its arrival): read only to name the culprit when a wait times out.
+// base[w][b], taken[w][b], readers[b], writing[b]: --sync-mode backup/ssp/async
+//   (docs/ARCHITECTURE.md, "Relaxed synchronisation"): the version of block b worker w computed
+//   its last push from, the last push of worker w the PS has consumed, and block b's
+//   reader/writer lock (workers reading it; 1 while the PS writes it).
 // All displacements are MPI_Aint (64-bit): B and W are ints, but W*B*8 bytes need not fit one.
 // Why stripes and a separate control window: Open MPI's osc/sm runs every accumulate-family
 // operation to one target of one window under one spin lock. W workers accumulating into one
@@ -78,15 +84,25 @@ class ShardLayout {
   MPI_Aint version_word(int block) const { return word(block); }
   MPI_Aint arrivals_word(int block) const { return word(static_cast<MPI_Aint>(num_blocks_) + block); }
   MPI_Aint departed_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_)); }
-  MPI_Aint pushed_word(int worker, int block) const {
-    return word(2 * static_cast<MPI_Aint>(num_blocks_) + 1 + static_cast<MPI_Aint>(worker) * num_blocks_ + block);
-  }
+  MPI_Aint pushed_word(int worker, int block) const { return per_worker_word(0, worker, block); }
+  // The relaxed modes' words (--sync-mode backup/ssp/async; zero and unused under sync).
+  MPI_Aint base_word(int worker, int block) const { return per_worker_word(1, worker, block); }
+  MPI_Aint taken_word(int worker, int block) const { return per_worker_word(2, worker, block); }
+  MPI_Aint readers_word(int block) const { return per_worker_word(3, 0, block); }
+  MPI_Aint writing_word(int block) const { return per_worker_word(3, 0, num_blocks_ + block); }
   std::size_t control_words() const {
-    return static_cast<std::size_t>(num_blocks_) * (2 + static_cast<std::size_t>(num_workers_)) + 1;
+    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + 1;
   }
 
  private:
   static MPI_Aint word(MPI_Aint index) { return 8 * index; }
+  // Word (worker, block) of the table-th W x B table after departed (0: pushed, 1: base, 2: taken;
+  // 3: readers[B] then writing[B], as worker 0).
+  MPI_Aint per_worker_word(int table, int worker, int block) const {
+    const MPI_Aint blocks = num_blocks_, tables_start = 2 * blocks + 1;
+    return word(tables_start + table * static_cast<MPI_Aint>(num_workers_) * blocks +
+                static_cast<MPI_Aint>(worker) * blocks + block);
+  }
 
   std::size_t shard_size_, block_elems_;
   int num_workers_, stripes_, num_blocks_;

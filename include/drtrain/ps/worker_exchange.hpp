@@ -100,6 +100,13 @@ class WorkerExchange {
   void finish();
 
   std::int64_t steps_pushed() const { return pushes_; }
+  // --sync-mode backup, after a pull: when the parameters pulled are of a newer step than this
+  // worker's next one (its gradients came late and the PS went on without them), moves on to
+  // that step, i.e. skips the steps in between. Returns steps_pushed() (the run's next step).
+  // Other modes: steps_pushed().
+  std::int64_t catch_up();
+  // --sync-mode ssp: the most steps this worker was ahead of the slowest worker when it pushed.
+  std::int64_t max_lead() const;
   // Chunks that pull_during_push() brought back during pushes, since the exchange was made.
   std::int64_t chunks_pulled_during_push() const { return chunks_early_; }
   std::size_t total() const { return plan_.total(); }

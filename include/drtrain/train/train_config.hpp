@@ -54,7 +54,17 @@ struct TrainConfig {
   // MPI_THREAD_SERIALIZED); off by default until it is faster (docs/ARCHITECTURE.md).
   bool overlap = false;
   std::size_t bucket_kib = 4096;      // --overlap: the smallest gradient bucket pushed at once
+  // An experiment knob, not for production: --straggler W:F makes worker W sleep (F - 1) x its
+  // compute time after each step's compute, so that its steps take about F times as long
+  // (docs/ARCHITECTURE.md, "Relaxed synchronisation"). Empty: none.
+  std::string straggler;
+  struct Straggler {
+    int worker = -1;  // -1: none
+    double factor = 1.0;
+  };
+  Straggler parse_straggler() const;  // ConfigError naming --straggler
   bool eval = true;                   // evaluate on the test set after every epoch
+  std::int64_t eval_every = 0;        // and every this many steps (0: epochs only)
   std::string checkpoint_dir;         // empty: no checkpoints
   std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: none)
   double checkpoint_secs = 0.0;       // seconds between checkpoints (0: none)

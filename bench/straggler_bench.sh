@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Time to accuracy against a slow worker (issue 15): the Fashion-MNIST MLP recipe
+# (jobs/configs/mlp.ini: 10 epochs, batch 120, cosine schedule) with 1 PS + 4 workers on this host,
+# once per --sync-mode, with and without worker 3 slowed FACTOR x (--straggler 3:FACTOR, an
+# experiment knob: the worker sleeps (FACTOR - 1) x its compute time after each step's compute).
+# The chief evaluates the whole test set every EVAL steps (--eval-every; relaxed modes: the chief
+# alone, while the others train on); time to accuracy is the `elapsed_s` of the first evaluation
+# at or above TARGET. Configurations are interleaved over REPEATS rounds (this machine is shared
+# and noisy); the table gives medians and ratios to sync with the same straggler.
+#   bench/straggler_bench.sh [--modes "sync backup:1 ssp:3 async"] [--factor 3] [--target 0.88]
+#                            [--epochs 10] [--eval 250] [--repeats 2] [--work DIR]
+# Issue 15's goals: with the straggler, the best relaxed mode reaches TARGET in <= 0.6x sync's
+# time, and every mode's final accuracy is within 1 point of sync without a straggler; without
+# it, no relaxed mode is more than 5% slower than sync.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/common.sh
+modes="sync backup:1 ssp:3 async" factor=3 target=0.88 epochs=10 eval_every=250 repeats=2
+work=/tmp/drt_straggler_bench
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --modes) modes=$2; shift ;;
+    --factor) factor=$2; shift ;;
+    --target) target=$2; shift ;;
+    --epochs) epochs=$2; shift ;;
+    --eval) eval_every=$2; shift ;;
+    --repeats) repeats=$2; shift ;;
+    --work) work=$2; shift ;;
+    *) echo "usage: $0 [--modes LIST] [--factor F] [--target A] [--epochs E] [--eval STEPS] [--repeats R] [--work DIR]" >&2
+       exit 2 ;;
+  esac
+  shift
+done
+bin="$DRT_BUILD/bin"
+rm -rf "$work" && mkdir -p "$work"
+echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+echo "command: $0 --modes \"$modes\" --factor $factor --target $target --epochs $epochs --eval $eval_every --repeats $repeats"
+for round in $(seq 1 "$repeats"); do
+  for straggler in none "3:$factor"; do
+    for mode in $modes; do
+      name="${mode//:/-}_${straggler//:/-}_$round"
+      args=(--config jobs/configs/mlp.ini --epochs "$epochs" --sync-mode "$mode" --eval-every "$eval_every"
+            --log-every 1000 --metrics "$work/$name.jsonl")
+      [ "$straggler" = none ] || args+=(--straggler "$straggler")
+      echo "--- round $round: --sync-mode $mode, straggler $straggler" >&2
+      # shellcheck disable=SC2046
+      mpiexec --bind-to none $(drt_mpiexec_flags) -n 5 "$bin/drtrain" "${args[@]}" < /dev/null \
+        > "$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; exit 1; }
+    done
+  done
+done
+/usr/bin/python3 - "$work" "$target" "$modes" "$factor" <<'PY'
+import glob, json, os, statistics, sys
+work, target, modes, factor = sys.argv[1], float(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
+def runs(mode, straggler):
+    out = []
+    for path in sorted(glob.glob(os.path.join(work, f"{mode.replace(':', '-')}_{straggler}_*.jsonl"))):
+        records = [json.loads(l) for l in open(path) if l.strip()]
+        evals = [r for r in records if r.get("eval")]
+        summary = [r for r in records if r.get("summary")][-1]
+        reached = [r["elapsed_s"] for r in evals if r["test_accuracy"] >= target]
+        out.append({"tta": reached[0] if reached else float("nan"), "acc": summary["test_accuracy"],
+                    "wall": summary["wall_s"], "sps": summary["samples_per_s"], "extra": summary})
+    return out
+def med(xs):
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+rows = {}
+for straggler in ("none", f"3-{factor}"):
+    for mode in modes:
+        r = runs(mode, straggler)
+        rows[(mode, straggler)] = (med([x["tta"] for x in r]), med([x["acc"] for x in r]), med([x["wall"] for x in r]),
+                                   med([x["sps"] for x in r]), r)
+base_acc = rows[("sync", "none")][1]
+print(f"\n| sync-mode | straggler | time to {target} (s) | vs sync, same straggler | final accuracy | "
+      f"vs sync without straggler (points) | wall (s) | samples/s | runs (time to {target}) |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+for straggler in ("none", f"3-{factor}"):
+    ref = rows[("sync", straggler)][0]
+    for mode in modes:
+        tta, acc, wall, sps, r = rows[(mode, straggler)]
+        label = "none" if straggler == "none" else f"worker 3 x{factor}"
+        each = ", ".join("%.1f" % x["tta"] for x in r)
+        print(f"| {mode} | {label} | {tta:.1f} | {tta / ref:.2f}x | {acc:.4f} | {100 * (acc - base_acc):+.2f} | "
+              f"{wall:.1f} | {sps:.0f} | {each} |")
+PY

@@ -1,0 +1,71 @@
+#include "relaxed_server.hpp"
+
+#include <string>
+
+#include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
+
+namespace drt::ps {
+
+RelaxedServer::RelaxedServer(const comm::Topology& topo, ShardWindow& window, const ExchangeConfig& config)
+    : PassiveBase(topo, window, config),
+      blocks_(static_cast<std::size_t>(window.layout(topo.role_index()).num_blocks())),
+      workers_(topo.num_workers()) {}
+
+void RelaxedServer::start() { start_sequence({}); }
+
+void RelaxedServer::read(std::vector<std::int64_t>& words) {
+  words.resize(1 + 2 * static_cast<std::size_t>(workers_) * blocks_);
+  const int me = topo_.role_index();
+  control_.read(me, window_.layout(me).departed_word(), static_cast<int>(words.size()), words.data());
+}
+
+// writing = 1 is complete at this PS before readers is read (each control call flushes); a
+// worker adds itself to readers before it reads writing. Of two such pairs one sees the other:
+// either the PS sees the reader (and waits), or the reader sees writing = 1 (and backs off).
+void RelaxedServer::lock(int block) {
+  const int me = topo_.role_index();
+  const ShardLayout& layout = window_.layout(me);
+  control_.write(me, layout.writing_word(block), 1);
+  comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+  std::int64_t readers = 0;
+  for (control_.read(me, layout.readers_word(block), 1, &readers); readers != 0;
+       control_.read(me, layout.readers_word(block), 1, &readers))
+    if (!waiter.pause())
+      throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                          " s to write block ", block, ", which ", readers, " worker read(s) still hold; a worker is "
+                          "dead, stopped or stuck in the middle of a pull (raise --hang-timeout if it is only slow)"));
+  sync_local_memory();  // the slots' pushes and the workers' finished Gets, before the loads and stores
+}
+
+// The version first, then the unlock: a reader that sees writing = 0 reads the new version.
+void RelaxedServer::publish_and_unlock(int block, std::int64_t version) {
+  sync_local_memory();  // the stores to the parameters, before any later Get
+  const int me = topo_.role_index();
+  const ShardLayout& layout = window_.layout(me);
+  control_.write(me, layout.version_word(block), version);
+  control_.write(me, layout.writing_word(block), 0);
+}
+
+void RelaxedServer::take(int worker, int block, std::int64_t push) {
+  const int me = topo_.role_index();
+  control_.write(me, window_.layout(me).taken_word(worker, block), push);
+}
+
+void RelaxedServer::publish_all(std::int64_t version) {
+  sync_local_memory();
+  const int me = topo_.role_index();
+  std::vector<MPI_Aint> words;
+  for (std::size_t b = 0; b < blocks_; ++b) words.push_back(window_.layout(me).version_word(static_cast<int>(b)));
+  control_.write(me, words, version);
+}
+
+HangError RelaxedServer::hang(const std::vector<int>& missing, double waited, const std::string& what) const {
+  std::vector<std::string> names;
+  for (int w : missing) names.push_back(topo_.worker_name(w));
+  return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s (--sync-mode ",
+                       to_string(config_.mode), ") for ", what, " from ", join(names, ", "),
+                       "; that worker is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+}
+
+}  // namespace drt::ps
