@@ -16,7 +16,7 @@ Sgd::Sgd(const OptimizerConfig& config, std::size_t shard_size) : Optimizer(conf
 kernels::SgdCoefficients Sgd::coefficients() const {
   kernels::SgdCoefficients c;
   c.lr = static_cast<float>(lr_);
-  c.weight_decay = static_cast<float>(config_.weight_decay);
+  c.weight_decay = static_cast<float>(config_.weight_decay * fraction_);
   c.momentum = slots_.empty() ? 0.0f : static_cast<float>(config_.momentum);
   c.nesterov = config_.nesterov;
   return c;

@@ -40,7 +40,7 @@ SyncMode parse_sync_mode(const std::string& text) {
   else throw bad();
   if (number.empty() || number.size() > 6 || number.find_first_not_of("0123456789") != std::string::npos) throw bad();
   mode.bound = std::stoi(number);
-  if (mode.bound < 1) throw bad();
+  if (mode.bound < (mode.kind == SyncKind::kBackup ? 0 : 1)) throw bad();  // backup:0 waits for all: sync
   return mode;
 }
 
@@ -56,8 +56,10 @@ std::string to_string(const SyncMode& mode) {
 
 void ExchangeConfig::validate_for(int num_workers) const {
   if (mode.kind == SyncKind::kBackup && mode.bound >= num_workers)
-    throw ConfigError(str("--sync-mode ", to_string(mode), " would apply steps without any worker's gradient: B must "
-                          "be below the number of workers (", num_workers, ")"));
+    throw ConfigError(str("--sync-mode ", to_string(mode),
+                          " would apply steps without any worker's gradient: B must "
+                          "be below the number of workers (",
+                          num_workers, ")"));
 }
 
 void ExchangeConfig::validate() const {
@@ -82,8 +84,9 @@ void ExchangeConfig::validate() const {
                           ": which gradients a step applies, and when, depends on arrival times in that mode, so no "
                           "run can be repeated bitwise; use --sync-mode sync (the default) for reproducible runs"));
   if (mode.relaxed() && sync != RmaSync::kPassive)
-    throw ConfigError(str("--sync-mode ", to_string(mode),
-                          " needs --rma-sync passive (a fence is collective: every worker would wait for every other)"));
+    throw ConfigError(
+        str("--sync-mode ", to_string(mode),
+            " needs --rma-sync passive (a fence is collective: every worker would wait for every other)"));
   if (mode.relaxed() && push == GradPush::kOrdered)
     throw ConfigError(str("--sync-mode ", to_string(mode),
                           " pushes into per-worker slots; --grad-push ordered is for --sync-mode sync"));
@@ -92,8 +95,8 @@ void ExchangeConfig::validate() const {
 
 std::string ExchangeConfig::describe(int num_nodes) const {
   return str("sync-mode ", to_string(mode), ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
-             per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire), ", chunks of ",
-             human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
+             per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire),
+             ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
              ", hang timeout ", hang_timeout_s, " s");
 }

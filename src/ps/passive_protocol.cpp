@@ -244,13 +244,15 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       if (!waiter.pause())
         throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
                             " s for ", topo_.ps_name(ps), " to apply its gradient of block ", block, " (push ",
-                            pushes - 1, "); that PS is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+                            pushes - 1,
+                            "); that PS is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
     wait_s_ += waiter.waited_seconds();
   }
 
   // ssp:S: push number `pushes` (step pushes - 1) of a block goes out only once every worker has
   // pushed the block's step pushes - 1 - S, i.e. announced at least pushes - S pushes of it. The
-  // lead over the slowest worker (pushes - its count) is recorded: at most S by construction.
+  // lead over the slowest other worker (this step minus that worker's last pushed step, i.e.
+  // pushes - its count) is recorded: at most S by construction.
   void await_bound(int ps, int block, std::int64_t pushes) {
     const std::int64_t needed = pushes - config_.mode.bound;
     const auto slowest = [&] {
@@ -260,7 +262,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       for (int w = 0; w < topo_.num_workers(); ++w)
         if (w != topo_.role_index())
           low = std::min(low, all[static_cast<std::size_t>(w) * blocks + static_cast<std::size_t>(block)]);
-      return low == std::numeric_limits<std::int64_t>::max() ? pushes - 1 : low;
+      return low == std::numeric_limits<std::int64_t>::max() ? pushes : low;  // alone: no lead
     };
     if (slowest() < needed) {
       comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);

@@ -33,7 +33,8 @@ void RelaxedServer::lock(int block) {
        control_.read(me, layout.readers_word(block), 1, &readers))
     if (!waiter.pause())
       throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                          " s to write block ", block, ", which ", readers, " worker read(s) still hold; a worker is "
+                          " s to write block ", block, ", which ", readers,
+                          " worker read(s) still hold; a worker is "
                           "dead, stopped or stuck in the middle of a pull (raise --hang-timeout if it is only slow)"));
   sync_local_memory();  // the slots' pushes and the workers' finished Gets, before the loads and stores
 }

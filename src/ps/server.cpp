@@ -4,12 +4,12 @@
 #include <cstring>
 #include <vector>
 
+#include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/core/clock.hpp"
+#include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/reference.hpp"
-#include "drtrain/comm/poll.hpp"
-#include "drtrain/core/error.hpp"
 #include "protocol.hpp"
 #include "relaxed_server.hpp"
 
@@ -177,6 +177,7 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
   std::vector<bool> done(B, false);  // backup: block applied for the step being collected
   std::vector<int> chosen;
   if (backup) optimizer_->begin_step(global_step(), updates());
+  else optimizer_->set_step_fraction(1.0 / workers);  // W gradients applied make one step
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
   for (;;) {
     const double t0 = now_seconds();
@@ -206,7 +207,9 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
           stats_.staleness_max = std::max(stats_.staleness_max, stale);
           stats_.staleness_sum += static_cast<double>(stale);
           ++stats_.staleness_count;
-          optimizer_->begin_step(first_step_ + applied[bi] / workers, first_update_ + applied[bi] / workers);
+          // The schedule follows steps (W gradients); Adam's bias correction counts what its
+          // averages have seen, each gradient (a checkpoint's updates count W each).
+          optimizer_->begin_step(first_step_ + applied[bi] / workers, first_update_ * workers + applied[bi]);
           apply_slots(b, {w}, 1.0f / static_cast<float>(workers));
           ++applied[bi];
           ++version[bi];
@@ -255,7 +258,8 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
       std::vector<int> missing;
       for (int w = 0; w < workers; ++w) {
         const std::int64_t pushed = relaxed_->pushed(words, w, 0);
-        if (backup ? pushed < stats_.steps + 1 : pushed <= consumed[static_cast<std::size_t>(w) * B]) missing.push_back(w);
+        if (backup ? pushed < stats_.steps + 1 : pushed <= consumed[static_cast<std::size_t>(w) * B])
+          missing.push_back(w);
       }
       throw relaxed_->hang(missing, waiter->waited_seconds(),
                            backup ? str("the gradients of step ", global_step()) : std::string("any gradient"));

@@ -56,12 +56,12 @@ struct RankReport {
   std::int64_t steps = 0;  // the step counter at the end: total_steps, or fewer when stopped
   int stop_signal = 0;     // the signal that stopped the run early, 0 if none
   // --sync-mode backup/ssp/async (what the mode did; zero under sync):
-  std::int64_t skipped_steps = 0;    // worker: steps skipped to catch up (backup)
-  std::int64_t max_lead = 0;         // worker: most steps ahead of the slowest worker (ssp)
+  std::int64_t skipped_steps = 0;     // worker: steps skipped to catch up (backup)
+  std::int64_t max_lead = 0;          // worker: most steps ahead of the slowest worker (ssp)
   std::int64_t samples_computed = 0;  // worker: samples of the steps it trained
-  double dropped_steps = 0.0;        // PS: late gradients dropped, in steps' worth (backup)
-  std::int64_t staleness_max = 0;    // PS: block updates between a pull and its gradient's apply
-  double staleness_sum = 0.0;        //   (ssp, async)
+  double dropped_steps = 0.0;         // PS: late gradients dropped, in steps' worth (backup)
+  std::int64_t staleness_max = 0;     // PS: block updates between a pull and its gradient's apply
+  double staleness_sum = 0.0;         //   (ssp, async)
   std::int64_t staleness_count = 0;
 };
 

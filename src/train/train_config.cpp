@@ -137,8 +137,9 @@ TrainConfig::Straggler TrainConfig::parse_straggler() const {
   const std::string factor = colon == std::string::npos ? std::string() : straggler.substr(colon + 1);
   char* end = nullptr;
   const double f = factor.empty() ? 0.0 : std::strtod(factor.c_str(), &end);
-  const bool ok = !worker.empty() && worker.size() <= 6 && worker.find_first_not_of("0123456789") == std::string::npos &&
-                  end != nullptr && *end == '\0' && f >= 1.0 && f <= 1000.0;
+  const bool ok = !worker.empty() && worker.size() <= 6 &&
+                  worker.find_first_not_of("0123456789") == std::string::npos && end != nullptr && *end == '\0' &&
+                  f >= 1.0 && f <= 1000.0;
   if (!ok)
     throw ConfigError(str("--straggler '", straggler,
                           "': use WORKER:FACTOR, e.g. 3:3 (worker 3's steps take about 3x as long; factor 1..1000)"));
@@ -201,10 +202,9 @@ std::string TrainConfig::to_ini() const {
     << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\ntimeline-max-spans = " << timeline_max_spans
     << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
-    << "\nstraggler = " << straggler
-    << "\neval = " << (eval ? "true" : "false") << "\neval-every = " << eval_every
-    << "\ncheckpoint-dir = " << checkpoint_dir
-    << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false") << "\neval-every = " << eval_every
+    << "\ncheckpoint-dir = " << checkpoint_dir << "\ncheckpoint-every = " << checkpoint_every
+    << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps

@@ -138,8 +138,8 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   job.optimizer.validate();
   c.exchange.validate_for(topo.num_workers());
   if (c.parse_straggler().worker >= topo.num_workers())
-    throw ConfigError(str("--straggler ", c.straggler, ": there are only ", topo.num_workers(),
-                          " workers (0..", topo.num_workers() - 1, ")"));
+    throw ConfigError(str("--straggler ", c.straggler, ": there are only ", topo.num_workers(), " workers (0..",
+                          topo.num_workers() - 1, ")"));
   job.blas_threads = choose_blas_threads(c, topo);
   job.devices = plan_devices(c, topo);
   return job;

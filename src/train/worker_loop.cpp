@@ -493,8 +493,7 @@ class WorkerLoop {
     }
     if (!relaxed_)
       reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
-    else if (!topo_.is_chief())
-      return;
+    else if (!topo_.is_chief()) return;
     last_eval_ = t;
     job_.timeline->span("evaluation", start, now_seconds(), step + 1);
     if (t.samples == 0) return;
@@ -502,8 +501,8 @@ class WorkerLoop {
     const std::string label = epoch < 0   ? std::string("final ")
                               : epoch_end ? str("epoch ", epoch + 1, " ")
                                           : str("step ", step + 1, " ");
-    out_.line(str(label, "test: loss ", fixed(loss, 4),
-                  "  accuracy ", fixed(accuracy, 4), " (", static_cast<long>(t.samples), " images)"));
+    out_.line(str(label, "test: loss ", fixed(loss, 4), "  accuracy ", fixed(accuracy, 4), " (",
+                  static_cast<long>(t.samples), " images)"));
     out_.record(JsonLine()
                     .add("eval", true)
                     .add("step", static_cast<std::int64_t>(step + 1))

@@ -6,7 +6,9 @@ Fashion-MNIST MLP.
                each reaches >= 0.65 test accuracy in 90 steps (sync: 0.81); backup drops late gradients and the
                straggler skips steps; ssp: the most steps any worker led the slowest (recorded at
                every push) is at least 1 and never above S = 2; async and ssp report staleness
-  one-worker   with 1 PS + 1 worker, async and ssp:1 give the bitwise same final checkpoint as sync
+  one-worker   with 1 PS + 1 worker, async and ssp:1 give the bitwise same final checkpoint as sync;
+               with 3 workers backup:0 (wait for all, through the relaxed protocol: slots, read
+               locks, versions) gives --deterministic sync's, bitwise
   backup-stop  backup:1, 1 PS + 3 workers, worker 2 stops (SIGSTOP) before step 5: the others
                train all 60 steps (the chief's last progress line is of step 60, the PS checkpoint
                of step 60 exists: written in the serve loop, --checkpoint-async false, since a
@@ -91,11 +93,18 @@ class Case:
                 raise SystemExit(f"FAIL: {mode}: no checkpoint in {ckpt}")
             files[mode] = found[-1]
         for mode in ("async", "ssp:1"):
-            code, out = run([os.path.join(self.a.bin, "drtrain-ckpt"), "diff", files["sync"], files[mode], "--rtol",
-                             "0"], expect_ok=None)
-            if code != 0:
-                print(out)
-                raise SystemExit(f"FAIL: one worker: {mode}'s checkpoint differs from sync's")
+            self.same(files["sync"], files[mode], f"one worker: {mode} and sync")
+        for flags in (["--sync-mode", "backup:0"], ["--deterministic"]):
+            ckpt = os.path.join(work, "three-" + flags[-1].strip("-").replace(":", "-"))
+            self.drtrain(4, *flags, "--max-steps", 30, "--checkpoint-dir", ckpt, "--eval", "false")
+            files[flags[-1]] = sorted(glob.glob(os.path.join(ckpt, "*.h5")))[-1]
+        self.same(files["--deterministic"], files["backup:0"], "three workers: backup:0 and --deterministic sync")
+
+    def same(self, a, b, what):
+        code, out = run([os.path.join(self.a.bin, "drtrain-ckpt"), "diff", a, b, "--rtol", "0"], expect_ok=None)
+        if code != 0:
+            print(out)
+            raise SystemExit(f"FAIL: {what}: the checkpoints differ")
 
     def backup_stop(self):
         work = self.fresh("backup-stop")

@@ -57,8 +57,8 @@ struct Case {
 
   std::string name() const {
     return str(to_string(mode), "+", to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "",
-               " n=", size,
-               integer_grads ? " int" : "", buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
+               " n=", size, integer_grads ? " int" : "", buckets ? " buckets" : "", " ",
+               optim::to_string(optimizer.kind));
   }
 };
 
@@ -291,8 +291,8 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
                          want[range.begin + i]);
         const ServerStats& st = g_last_server_stats;
         if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != workers * c.steps)
-          detail = str(c.name(), ": ", st.gradients_applied, " gradients applied to block 0, expected ",
-                       workers * c.steps);
+          detail =
+              str(c.name(), ": ", st.gradients_applied, " gradients applied to block 0, expected ", workers * c.steps);
         if (detail.empty() && mode.kind == SyncKind::kBackup && st.dropped_steps > c.steps * mode.bound)
           detail = str(c.name(), ": ", st.dropped_steps, " steps' worth dropped, at most ", c.steps * mode.bound);
       }

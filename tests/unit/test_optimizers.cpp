@@ -134,6 +134,59 @@ TEST(Optimizer, AdamBiasCorrectionCountsUpdatesAndTheScheduleCountsSteps) {
   EXPECT_EQ(cosine->updates_before(), 10);
 }
 
+// set_step_fraction(f): each update is f of a step (--sync-mode ssp/async apply W gradients at
+// f = 1/W). The weight decay is f of a step's: with a zero gradient, plain SGD shrinks p by
+// (1 - lr wd f) per update, exactly as float32 computes it; Adam's (and AdamW's) step is f of a
+// step's, so W updates of the same gradient move p about as far as one full one. f = 1 is
+// bitwise the default.
+TEST(Optimizer, StepFractionScalesDecayAndAdamSteps) {
+  OptimizerConfig sgd;
+  sgd.lr = 0.5;
+  sgd.momentum = 0.0;
+  sgd.weight_decay = 0.1;
+  auto a = make_optimizer(sgd, 1);
+  a->set_step_fraction(0.25);
+  float p = 3.0f, want = 3.0f;
+  const float zero = 0.0f;
+  for (int k = 0; k < 4; ++k) {
+    a->begin_step(0);
+    a->update(0, 1, &p, &zero, 0.25f);
+    want = want - 0.5f * (0.0f * 0.25f + static_cast<float>(0.1 * 0.25) * want);
+  }
+  EXPECT_EQ(p, want);
+  EXPECT_NE(p, 3.0f * (1.0f - 0.5f * 0.1f));  // not one step's decay per update either...
+  EXPECT_NEAR(p, 3.0f * (1.0f - 0.5f * 0.1f), 0.01);  // ...but about one step's over four
+
+  for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    OptimizerConfig adam;
+    adam.kind = kind;
+    adam.lr = 0.01;
+    adam.weight_decay = 0.01;
+    auto whole = make_optimizer(adam, 1), parts = make_optimizer(adam, 1), same = make_optimizer(adam, 1);
+    parts->set_step_fraction(0.25);
+    same->set_step_fraction(1.0);
+    float pw = 1.0f, pp = 1.0f, ps = 1.0f;
+    const float g = 0.3f;
+    // 50 steps, then the move of one more: in steady state (Adam's averages settled on the
+    // constant gradient), four quarter-steps of a round move p about as far as one step.
+    float moved_whole = 0.0f, moved_parts = 0.0f;
+    for (int t = 0; t <= 50; ++t) {
+      const float before_w = pw, before_p = pp;
+      whole->begin_step(t);
+      whole->update(0, 1, &pw, &g, 1.0f);
+      same->begin_step(t);
+      same->update(0, 1, &ps, &g, 1.0f);
+      EXPECT_EQ(ps, pw);  // fraction 1: bitwise the default
+      for (int k = 0; k < 4; ++k) {
+        parts->begin_step(t, 4 * t + k);  // Adam's averages have seen that many updates
+        parts->update(0, 1, &pp, &g, 0.25f);
+      }
+      moved_whole = pw - before_w, moved_parts = pp - before_p;
+    }
+    EXPECT_NEAR(moved_parts, moved_whole, 0.15 * std::abs(moved_whole)) << to_string(kind);
+  }
+}
+
 TEST(Optimizer, SlotsAndValidation) {
   OptimizerConfig config;
   config.momentum = 0.0;

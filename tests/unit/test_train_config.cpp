@@ -110,6 +110,49 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(message.find(bad), std::string::npos) << message;
 }
 
+// --sync-mode: the forms, their round trip through --print-config, and the combinations that
+// cannot work (each error says why); --straggler and --eval-every.
+TEST(TrainConfig, SyncModesAndStragglers) {
+  const TrainConfig d = *parse({});
+  EXPECT_EQ(d.exchange.mode.kind, ps::SyncKind::kSync);
+  EXPECT_FALSE(d.exchange.per_worker_slots());
+  const TrainConfig b = *parse({"--sync-mode", "backup:2", "--straggler", "3:2.5", "--eval-every", "100"});
+  EXPECT_EQ(b.exchange.mode.kind, ps::SyncKind::kBackup);
+  EXPECT_EQ(b.exchange.mode.bound, 2);
+  EXPECT_TRUE(b.exchange.per_worker_slots());  // the relaxed modes push into per-worker slots
+  EXPECT_EQ(b.parse_straggler().worker, 3);
+  EXPECT_DOUBLE_EQ(b.parse_straggler().factor, 2.5);
+  EXPECT_EQ(b.eval_every, 100);
+  EXPECT_EQ(d.parse_straggler().worker, -1);
+  for (const char* mode : {"sync", "backup:0", "backup:1", "ssp:3", "async"})
+    EXPECT_EQ(ps::to_string(ps::parse_sync_mode(mode)), mode);
+  const std::string file = write_file("drt_sync_mode.ini", b.to_ini());
+  const TrainConfig back = *parse({"--config", file});
+  EXPECT_EQ(back.exchange.mode, b.exchange.mode);
+  EXPECT_EQ(back.straggler, "3:2.5");
+  EXPECT_EQ(back.to_ini(), b.to_ini());
+  for (const char* bad : {"ssp:0", "ssp", "backup:", "backup:x", "asynch", "ssp:-1", "backup:1:2"})
+    EXPECT_NE(error_of({"--sync-mode", bad}).find("use sync, backup:B"), std::string::npos) << bad;
+  EXPECT_NE(error_of({"--sync-mode", "async", "--deterministic"}).find("no run can be repeated bitwise"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--sync-mode", "ssp:2", "--rma-sync", "fence"}).find("needs --rma-sync passive"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--sync-mode", "backup:1", "--grad-push", "ordered"}).find("per-worker slots"),
+            std::string::npos);
+  for (const char* bad : {"3", "3:0.5", "x:3", "3:fast", ":3"})
+    EXPECT_NE(error_of({"--straggler", bad}).find("use WORKER:FACTOR"), std::string::npos) << bad;
+  EXPECT_NE(error_of({"--eval-every", "-5"}).find("--eval-every must be >= 0"), std::string::npos);
+  ps::ExchangeConfig x;
+  x.mode = ps::parse_sync_mode("backup:3");
+  EXPECT_NO_THROW(x.validate_for(4));
+  try {
+    x.validate_for(3);
+    ADD_FAILURE() << "backup:3 with 3 workers accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("B must be below the number of workers (3)"), std::string::npos);
+  }
+}
+
 TEST(TrainConfig, HelpVersionAndPrintConfigStop) {
   EXPECT_FALSE(parse({"--help"}).has_value());
   EXPECT_FALSE(parse({"--version"}).has_value());

@@ -54,6 +54,12 @@ class Optimizer {
   // any order, each element once.
   virtual void update(std::size_t offset, std::size_t n, float* params, const float* grad, float grad_scale) = 0;
 
+  // Each update() from now on is `fraction` of an optimizer step (0 < fraction <= 1; default 1):
+  // it carries that fraction of the weight decay and, for Adam, of the step size (the gradient's
+  // own share is grad_scale). --sync-mode ssp/async apply each of W workers' gradients as 1/W of
+  // a step, so that W of them move the parameters as far as one synchronous step would (they
+  // count each application as an update for Adam's bias correction: its averages see each).
+  void set_step_fraction(double fraction) { fraction_ = fraction; }
   const OptimizerConfig& config() const { return config_; }
   double current_lr() const { return lr_; }
   std::int64_t current_step() const { return step_; }
@@ -73,6 +79,7 @@ class Optimizer {
   std::int64_t step_ = -1;
   std::int64_t updates_ = -1;  // updates applied before the current step
   double lr_ = 0.0;
+  double fraction_ = 1.0;  // set_step_fraction()
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t shard_size);

@@ -52,7 +52,8 @@ enum class SyncKind {
   kSync,    // one update per step with the mean of all W workers' gradients (bitwise reproducible
             // with --deterministic)
   kBackup,  // step t is applied once W - B workers' gradients of step t are in (their mean); late
-            // gradients of step t are dropped; a late worker skips to the newest step
+            // gradients of step t are dropped; a late worker skips to the newest step. backup:0
+            // waits for every worker: sync's results (bitwise --deterministic's) by this protocol
   kSsp,     // each worker's gradient applied (scaled 1/W) as it arrives; a worker pushes step t
             // only once every worker has pushed step t - S
   kAsync,   // each worker's gradient applied (scaled 1/W) as it arrives; nobody waits for others
@@ -69,7 +70,7 @@ std::string to_string(const SyncMode& mode);
 
 struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
-  SyncMode mode;  // --sync-mode
+  SyncMode mode;                          // --sync-mode
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   Wire wire = Wire::kFp32;
   bool deterministic = false;  // --deterministic: the same as push = kSlots

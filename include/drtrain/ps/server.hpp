@@ -56,8 +56,9 @@ class ParameterServer {
 
   // Serves steps until every worker has called WorkerExchange::finish(); returns the number of
   // steps applied. Under the relaxed --sync-mode values a step is W gradients applied to every
-  // block (ssp, async), or a step applied with at least W - B workers' gradients (backup). `after_step(steps_done)` runs after each complete step (parameters stay
-  // unchanged until the next step is pushed, so the hook may read params(), e.g. to save).
+  // block (ssp, async), or a step applied with at least W - B workers' gradients (backup). `after_step(steps_done)`
+  // runs after each complete step (parameters stay unchanged until the next step is pushed, so the hook may read
+  // params(), e.g. to save).
   using StepHook = std::function<void(std::int64_t global_step)>;
   std::int64_t serve(const StepHook& after_step = {});
 

@@ -53,7 +53,7 @@ struct TrainConfig {
   // during the next forward) where possible (CPU towers, --rma-sync passive, MPI with
   // MPI_THREAD_SERIALIZED); off by default until it is faster (docs/ARCHITECTURE.md).
   bool overlap = false;
-  std::size_t bucket_kib = 4096;      // --overlap: the smallest gradient bucket pushed at once
+  std::size_t bucket_kib = 4096;  // --overlap: the smallest gradient bucket pushed at once
   // An experiment knob, not for production: --straggler W:F makes worker W sleep (F - 1) x its
   // compute time after each step's compute, so that its steps take about F times as long
   // (docs/ARCHITECTURE.md, "Relaxed synchronisation"). Empty: none.
