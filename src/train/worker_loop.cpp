@@ -112,12 +112,7 @@ class WorkerLoop {
     }
     for (; step < job_.total_steps; ++step) {
       if ((stopped_by = stop_verdict(step)) != 0) break;
-      const double before = now_seconds();
-      const data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
-      const double waited = loader.take_wait_seconds();
-      phases_.data += waited;
-      data_wait_s_ += waited;
-      job_.timeline->span("data wait", before, now_seconds(), step);
+      const data::WorkerBatch batch = next_batch(loader, step);
       train_step(batch, step);
       if (!pipeline_) vote_.cast(step);  // with --overlap, the exchange thread casts once it has pulled
       const bool epoch_end = batch.step_in_epoch + 1 == batch.steps_in_epoch;
@@ -131,6 +126,17 @@ class WorkerLoop {
   }
 
  private:
+  // The batch of step `step`, with the time spent waiting for it.
+  data::WorkerBatch next_batch(data::BatchLoader& loader, std::int64_t step) {
+    const double before = now_seconds();
+    data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
+    const double waited = loader.take_wait_seconds();
+    phases_.data += waited;
+    data_wait_s_ += waited;
+    job_.timeline->span("data wait", before, now_seconds(), step);
+    return batch;
+  }
+
   // --sync-mode backup/ssp/async: the same steps, without the stop votes and the workers'
   // collectives (they would make every worker wait for the slowest at each vote or report):
   // the chief reports its own progress and evaluates the whole test set alone. Under backup a
@@ -143,12 +149,7 @@ class WorkerLoop {
       return to / every > from / every;
     };
     while (step < job_.total_steps) {
-      const double before = now_seconds();
-      const data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
-      const double waited = loader.take_wait_seconds();
-      phases_.data += waited;
-      data_wait_s_ += waited;
-      job_.timeline->span("data wait", before, now_seconds(), step);
+      const data::WorkerBatch batch = next_batch(loader, step);
       train_step(batch, step);
       for (const auto& part : batch.towers) samples_computed_ += part.count;
       const std::int64_t next = std::min(job_.total_steps, resume_.step + exchange_.catch_up());
@@ -495,6 +496,7 @@ class WorkerLoop {
       reduce(t.values(), 3, MPI_SUM, str("the test-set evaluation after step ", step + 1, " among the workers"));
     else if (!topo_.is_chief()) return;
     last_eval_ = t;
+    eval_s_ += now_seconds() - start;
     job_.timeline->span("evaluation", start, now_seconds(), step + 1);
     if (t.samples == 0) return;
     const double accuracy = t.correct / t.samples, loss = t.loss / t.samples;
@@ -509,7 +511,8 @@ class WorkerLoop {
                     .add("epoch", epoch >= 0 ? epoch + 1 : -1)
                     .add("test_loss", loss)
                     .add("test_accuracy", accuracy)
-                    .add("elapsed_s", now_seconds() - run_start_));
+                    .add("elapsed_s", now_seconds() - run_start_)
+                    .add("eval_s", eval_s_));
   }
 
   const Job& job_;
@@ -529,6 +532,7 @@ class WorkerLoop {
   int interval_steps_ = 0;
   double interval_start_ = 0.0;
   double run_start_ = 0.0;  // when training started (evaluation records: elapsed_s)
+  double eval_s_ = 0.0;     // seconds spent in evaluations so far (evaluation records: eval_s)
   double busy_s_ = 0.0;
   double data_wait_s_ = 0.0;  // waiting for the loader, over the whole run
   std::int64_t samples_trained_ = 0;
