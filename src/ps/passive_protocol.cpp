@@ -356,6 +356,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   std::vector<int> acquire_read_locks(int ps, const std::vector<int>& blocks) {
     const ShardLayout& layout = window_.layout(ps);
     std::vector<ControlChannel::Update> add;
+    add.reserve(blocks.size());
     for (int b : blocks) add.push_back({layout.readers_word(b), MPI_SUM, 1});
     control_.update(ps, add);
     std::vector<std::int64_t> writing(static_cast<std::size_t>(layout.num_blocks()));

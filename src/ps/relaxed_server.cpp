@@ -63,6 +63,7 @@ void RelaxedServer::publish_all(std::int64_t version) {
 
 HangError RelaxedServer::hang(const std::vector<int>& missing, double waited, const std::string& what) const {
   std::vector<std::string> names;
+  names.reserve(missing.size());
   for (int w : missing) names.push_back(topo_.worker_name(w));
   return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s (--sync-mode ",
                        to_string(config_.mode), ") for ", what, " from ", join(names, ", "),

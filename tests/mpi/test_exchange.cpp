@@ -290,7 +290,7 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
             detail = str(c.name(), ": PS master element ", range.begin + i, " is ", g_last_master[i], ", reference ",
                          want[range.begin + i]);
         const ServerStats& st = g_last_server_stats;
-        if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != workers * c.steps)
+        if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != std::int64_t{workers} * c.steps)
           detail =
               str(c.name(), ": ", st.gradients_applied, " gradients applied to block 0, expected ", workers * c.steps);
         if (detail.empty() && mode.kind == SyncKind::kBackup && st.dropped_steps > c.steps * mode.bound)

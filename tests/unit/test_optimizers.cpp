@@ -154,7 +154,7 @@ TEST(Optimizer, StepFractionScalesDecayAndAdamSteps) {
     want = want - 0.5f * (0.0f * 0.25f + static_cast<float>(0.1 * 0.25) * want);
   }
   EXPECT_EQ(p, want);
-  EXPECT_NE(p, 3.0f * (1.0f - 0.5f * 0.1f));  // not one step's decay per update either...
+  EXPECT_NE(p, 3.0f * (1.0f - 0.5f * 0.1f));          // not one step's decay per update either...
   EXPECT_NEAR(p, 3.0f * (1.0f - 0.5f * 0.1f), 0.01);  // ...but about one step's over four
 
   for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
