@@ -11,6 +11,9 @@
 #                         configuration, and drtrain's choice), otherwise OMPI_MCA_osc=OSC.
 #            train-bf16   the same with --wire bf16 (16-bit Puts and Gets), bitwise equal to
 #                         the single-host run with --wire bf16.
+#            train-relaxed  the job across the nodes with --sync-mode backup:0 (per-worker slots,
+#                         the relaxed modes' read locks and versions over TCP, waiting for every
+#                         worker), bitwise equal to the single-host --deterministic run.
 #            no-window    Open MPI with OMPI_MCA_osc=rdma (cannot run over TCP in Open MPI 4):
 #                         every rank must stop at once with a message that says what to set.
 #            kill-node    every rank of node 2 is killed (SIGKILL) mid-run: the job must end
@@ -25,7 +28,9 @@ work=$(cd "$work" && pwd)
 test_case=${case_spec%%:*}
 osc=${case_spec#*:}; [ "$osc" = "$case_spec" ] && osc=default
 wire=fp32
+sync_flags=(--deterministic)
 if [ "$test_case" = train-bf16 ]; then test_case=train; wire=bf16; fi
+if [ "$test_case" = train-relaxed ]; then test_case=train; sync_flags=(--sync-mode backup:0); fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -36,7 +41,7 @@ if [ "${DRT_CLUSTER_TEST_INNER:-}" = 1 ]; then
     train)
       [ "$osc" != default ] && export OMPI_MCA_osc=$osc
       rm -rf "$work/cluster-ckpt"
-      DRT_LOG_LEVEL=debug "$here/cluster_mpirun.sh" "$mpi" --env DRT_LOG_LEVEL -- "${job[@]}" --deterministic \
+      DRT_LOG_LEVEL=debug "$here/cluster_mpirun.sh" "$mpi" --env DRT_LOG_LEVEL -- "${job[@]}" "${sync_flags[@]}" \
         --wire "$wire" --max-steps 30 --hang-timeout 60 --checkpoint-dir "$work/cluster-ckpt" > "$work/cluster.log" 2>&1 \
         || { cat "$work/cluster.log"; fail "the job across 2 nodes failed"; }
       cat "$work/cluster.log"
