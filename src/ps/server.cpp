@@ -71,7 +71,9 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       protocol_(config.mode.relaxed() ? nullptr : make_server_protocol(topo, window_, config)),
       relaxed_(config.mode.relaxed() ? std::make_unique<RelaxedServer>(topo, window_, config) : nullptr),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
-      slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0) {
+      slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0),
+      all_workers_(static_cast<std::size_t>(topo.num_workers())) {
+  for (std::size_t w = 0; w < all_workers_.size(); ++w) all_workers_[w] = static_cast<int>(w);
 }
 
 ParameterServer::~ParameterServer() = default;
@@ -140,10 +142,8 @@ void ParameterServer::apply_block(int block) {
   std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
-  std::vector<int> all(static_cast<std::size_t>(workers));
-  for (int w = 0; w < workers; ++w) all[static_cast<std::size_t>(w)] = w;
-  const auto sum_in_worker_order = [&all](float* sum, std::size_t n, auto slot, auto widen) {
-    sum_in_order(sum, n, all, slot, widen);
+  const auto sum_in_worker_order = [this](float* sum, std::size_t n, auto slot, auto widen) {
+    sum_in_order(sum, n, all_workers_, slot, widen);
   };
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);

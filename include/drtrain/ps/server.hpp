@@ -100,6 +100,7 @@ class ParameterServer {
   std::unique_ptr<RelaxedServer> relaxed_;    // --sync-mode backup/ssp/async
   std::unique_ptr<optim::Optimizer> optimizer_;
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
+  std::vector<int> all_workers_;   // 0 .. W-1: the order sync sums the slots in
   ServerStats stats_;
   SpanSink span_sink_;
   std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
