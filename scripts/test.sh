@@ -11,10 +11,20 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-"$DRT_ROOT/scripts/install_deps.sh"
-"$DRT_ROOT/scripts/lint_check.sh"
-drt_build -DDRT_WARNINGS_AS_ERRORS=ON
-ctest --test-dir "$DRT_BUILD" --output-on-failure -j "$DRT_JOBS"
-"$DRT_ROOT/scripts/mpich_check.sh"
-"$DRT_ROOT/scripts/sanitizer_check.sh"
-"$DRT_ROOT/scripts/fuzz_check.sh"
+# Each phase's wall time, printed as it ends and again at the end (the suite's budget is 40 min).
+timings=()
+phase() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  timings+=("$(printf '%-10s %5d s' "$name" $((SECONDS - start)))")
+  echo "test.sh: $name took $((SECONDS - start)) s"
+}
+phase deps "$DRT_ROOT/scripts/install_deps.sh"
+phase lint "$DRT_ROOT/scripts/lint_check.sh"
+phase build drt_build -DDRT_WARNINGS_AS_ERRORS=ON
+phase ctest ctest --test-dir "$DRT_BUILD" --output-on-failure -j "$DRT_JOBS"
+phase mpich "$DRT_ROOT/scripts/mpich_check.sh"
+phase sanitizer "$DRT_ROOT/scripts/sanitizer_check.sh"
+phase fuzz "$DRT_ROOT/scripts/fuzz_check.sh"
+printf 'test.sh: %s\n' "${timings[@]}" "$(printf '%-10s %5d s' total "$SECONDS")"
