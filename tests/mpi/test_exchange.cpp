@@ -293,7 +293,9 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
         if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != std::int64_t{workers} * c.steps)
           detail =
               str(c.name(), ": ", st.gradients_applied, " gradients applied to block 0, expected ", workers * c.steps);
-        if (detail.empty() && mode.kind == SyncKind::kBackup && st.dropped_steps > c.steps * mode.bound)
+        // dropped_steps adds 1/blocks per block a gradient missed: a sum of fractions, so the
+        // bound holds up to rounding (a run that dropped every allowed gradient sums to 6.0000001).
+        if (detail.empty() && mode.kind == SyncKind::kBackup && st.dropped_steps > c.steps * mode.bound + 1e-9)
           detail = str(c.name(), ": ", st.dropped_steps, " steps' worth dropped, at most ", c.steps * mode.bound);
       }
       ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
