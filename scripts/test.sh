@@ -17,8 +17,9 @@ phase() {
   local name=$1 start=$SECONDS
   shift
   "$@"
-  timings+=("$(printf '%-10s %5d s' "$name" $((SECONDS - start)))")
-  echo "test.sh: $name took $((SECONDS - start)) s"
+  local took=$((SECONDS - start))
+  timings+=("$(printf '%-10s %5d s' "$name" "$took")")
+  echo "test.sh: $name took $took s"
 }
 phase deps "$DRT_ROOT/scripts/install_deps.sh"
 phase lint "$DRT_ROOT/scripts/lint_check.sh"
