@@ -1,13 +1,18 @@
-// drt_bench_layers: forward and forward+backward time of the CNN's layers on the CPU backend,
-// for comparing the convolution implementation with PyTorch on the same shapes
-// (bench/peers/torch_layers.py prints the same rows). Single process, no MPI.
+// drt_bench_layers: forward and forward+backward time of the CNN's and the MLP's layers on the
+// CPU backend, for comparing the convolution and GEMM libraries with each other and with PyTorch
+// on the same shapes (bench/peers/torch_layers.py prints the CNN rows). Each row with weights
+// also says its GFLOP/s and what fraction that is of the CPU's peak, measured here with chains of
+// independent FMAs on the widest vector units the CPU has. Single process, no MPI.
 //
 //   build/bin/drt_bench_layers --batch 64 --threads 1
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "drtrain/backend/backend.hpp"
@@ -18,9 +23,78 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// The peak: kChains independent FMA chains (enough to cover the FMA latency on both ports of
+// current x86 cores) on `Vec` registers, `iterations` times; returns FLOPs per second (an FMA
+// counts 2). The chains' results are summed and returned through `sink` so nothing is elided.
+constexpr int kChains = 12;
+constexpr long kPeakIterations = 20'000'000;
+
+__attribute__((target("avx512f"))) double fma_rate_avx512(float* sink) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(1.0f + 1e-3f * static_cast<float>(c));
+  const __m512 mul = _mm512_set1_ps(0.999999f), add = _mm512_set1_ps(1e-7f);
+  const double t0 = now();
+  for (long i = 0; i < kPeakIterations; ++i)
+    for (auto& a : acc) a = _mm512_fmadd_ps(a, mul, add);
+  const double seconds = now() - t0;
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  float lanes[16];  // not _mm512_reduce_add_ps: GCC 12 warns about its undefined temporary
+  _mm512_storeu_ps(lanes, sum);
+  *sink = lanes[0] + lanes[15];
+  return 2.0 * 16 * kChains * static_cast<double>(kPeakIterations) / seconds;
+}
+
+__attribute__((target("avx2,fma"))) double fma_rate_avx2(float* sink) {
+  __m256 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(1.0f + 1e-3f * static_cast<float>(c));
+  const __m256 mul = _mm256_set1_ps(0.999999f), add = _mm256_set1_ps(1e-7f);
+  const double t0 = now();
+  for (long i = 0; i < kPeakIterations; ++i)
+    for (auto& a : acc) a = _mm256_fmadd_ps(a, mul, add);
+  const double seconds = now() - t0;
+  __m256 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[c]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  *sink = lanes[0] + lanes[7];
+  return 2.0 * 8 * kChains * static_cast<double>(kPeakIterations) / seconds;
+}
+
+struct Peak {
+  double flops = 0;  // per second, all threads
+  const char* units = "none";
+};
+
+// The best of AVX-512 and AVX2 (on CPUs that split 512-bit FMAs in two, AVX2 is as fast), each
+// the best of 3 runs on `threads` threads at once; 0 when the CPU has neither.
+Peak measure_peak(int threads) {
+  __builtin_cpu_init();
+  Peak best;
+  auto run = [threads](double (*rate)(float*)) {
+    std::vector<double> rates(static_cast<std::size_t>(threads));
+    std::vector<float> sinks(static_cast<std::size_t>(threads));
+    std::vector<std::thread> pool;
+    pool.reserve(static_cast<std::size_t>(threads));
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] { rates[static_cast<std::size_t>(t)] = rate(&sinks[static_cast<std::size_t>(t)]); });
+    for (auto& th : pool) th.join();
+    double total = 0;
+    for (double r : rates) total += r;
+    return total;
+  };
+  auto best_of_3 = [&run](double (*rate)(float*)) { return std::max({run(rate), run(rate), run(rate)}); };
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = {best_of_3(fma_rate_avx2), "AVX2"};
+  if (__builtin_cpu_supports("avx512f")) {
+    const double r = best_of_3(fma_rate_avx512);
+    if (r > best.flops) best = {r, "AVX-512"};
+  }
+  return best;
+}
+
 struct Row {
   std::string name;
-  double flops;  // forward multiply-adds x 2
+  double flops;  // of forward + backward: forward multiply-adds x 2 x (3 with the input's gradient, else 2)
   double forward_ms, train_ms;
 };
 
@@ -53,10 +127,13 @@ Row time_layer(drt::backend::Backend& device, drt::nn::Layer& layer, const drt::
   for (int i = 0; i < reps; ++i) train();
   const double both = (now() - t0) / reps;
   double flops = 0;
-  if (!layer.params().empty())
-    flops = 2.0 * static_cast<double>(params - static_cast<std::size_t>(out.c)) * out.h * out.w * in.n;
+  if (!layer.params().empty())  // the weights' multiply-adds (bias excluded): forward, weight grad, input grad
+    flops = (input_grad ? 3.0 : 2.0) * 2.0 * static_cast<double>(params - static_cast<std::size_t>(out.c)) * out.h *
+            out.w * in.n;
   return {layer.describe() + (input_grad ? "" : " (no input grad)"), flops, forward * 1e3, both * 1e3};
 }
+
+std::string str_gemm(drt::backend::CpuGemm gemm) { return " [" + drt::backend::to_string(gemm) + " GEMM]"; }
 
 }  // namespace
 
@@ -74,36 +151,58 @@ int main(int argc, char** argv) {
     }
   }
   drt::backend::set_blas_threads(threads);
-  std::printf("drt_bench_layers: batch %d, %d BLAS thread(s), OpenBLAS %s kernels\n", batch, threads,
-              drt::backend::blas_core_name().c_str());
-  std::printf("%-44s %10s %10s %14s\n", "layer", "fwd ms", "fwd+bwd ms", "fwd+bwd GFLOPS");
+  const Peak peak = measure_peak(threads);
+  std::printf("drt_bench_layers: batch %d, %d BLAS thread(s), OpenBLAS %s kernels; measured peak %.1f GFLOP/s (%s FMA, "
+              "%d thread(s))\n",
+              batch, threads, drt::backend::blas_core_name().c_str(), peak.flops / 1e9, peak.units, threads);
+  std::printf("%-52s %10s %10s %10s %8s\n", "layer", "fwd ms", "fwd+bwd ms", "GFLOP/s", "of peak");
   struct Case {
     std::unique_ptr<drt::backend::Backend> device;  // outlives the layer's buffers
     std::unique_ptr<drt::nn::Layer> layer;
     drt::nn::TensorShape in;
     bool input_grad;
     drt::backend::CpuConv conv;
+    drt::backend::CpuGemm gemm;
+    std::string tag;
   };
   using drt::backend::CpuConv;
+  using drt::backend::CpuGemm;
   std::vector<Case> cases;
   std::vector<CpuConv> convs{CpuConv::kIm2col};
-  if (drt::backend::onednn_available()) convs.push_back(CpuConv::kOneDnn);
-  for (CpuConv conv : convs) {
-    cases.push_back({nullptr, drt::nn::make_conv2d(1, 32, 5, 2), {batch, 1, 28, 28}, false, conv});
-    cases.push_back({nullptr, drt::nn::make_conv2d(32, 64, 5, 2), {batch, 32, 14, 14}, true, conv});
+  std::vector<CpuGemm> gemms{CpuGemm::kOpenBlas};
+  if (drt::backend::onednn_available()) {
+    convs.push_back(CpuConv::kOneDnn);
+    gemms.push_back(CpuGemm::kOneDnn);
   }
-  cases.push_back({nullptr, drt::nn::make_maxpool2d(2), {batch, 32, 28, 28}, true, CpuConv::kAuto});
-  cases.push_back({nullptr, drt::nn::make_linear(3136, 512), {batch, 3136, 1, 1}, true, CpuConv::kAuto});
+  for (CpuConv conv : convs) {  // the CNN's convolutions (im2col's GEMMs: OpenBLAS)
+    const std::string tag = conv == CpuConv::kOneDnn ? " [oneDNN conv]" : " [im2col+OpenBLAS]";
+    cases.push_back(
+        {nullptr, drt::nn::make_conv2d(1, 32, 5, 2), {batch, 1, 28, 28}, false, conv, CpuGemm::kOpenBlas, tag});
+    cases.push_back(
+        {nullptr, drt::nn::make_conv2d(32, 64, 5, 2), {batch, 32, 14, 14}, true, conv, CpuGemm::kOpenBlas, tag});
+  }
+  cases.push_back({nullptr, drt::nn::make_maxpool2d(2), {batch, 32, 28, 28}, true, CpuConv::kAuto, CpuGemm::kAuto, ""});
+  for (CpuGemm gemm : gemms) {  // the linear layers of the CNN and of the MLP (784-512-256-10)
+    const std::string tag = str_gemm(gemm);
+    cases.push_back({nullptr, drt::nn::make_linear(3136, 512), {batch, 3136, 1, 1}, true, CpuConv::kAuto, gemm, tag});
+    cases.push_back({nullptr, drt::nn::make_linear(784, 512), {batch, 784, 1, 1}, false, CpuConv::kAuto, gemm, tag});
+    cases.push_back({nullptr, drt::nn::make_linear(512, 256), {batch, 512, 1, 1}, true, CpuConv::kAuto, gemm, tag});
+    cases.push_back({nullptr, drt::nn::make_linear(256, 10), {batch, 256, 1, 1}, true, CpuConv::kAuto, gemm, tag});
+  }
   std::string json = "{\"bench\":\"layers\",\"batch\":" + std::to_string(batch) +
-                     ",\"threads\":" + std::to_string(threads) + ",\"rows\":[";
+                     ",\"threads\":" + std::to_string(threads) +
+                     ",\"peak_gflops\":" + std::to_string(peak.flops / 1e9) + ",\"rows\":[";
   for (std::size_t k = 0; k < cases.size(); ++k) {
-    cases[k].device = drt::backend::make_cpu_backend(cases[k].conv);
+    cases[k].device = drt::backend::make_cpu_backend(cases[k].conv, cases[k].gemm);
     Row r = time_layer(*cases[k].device, *cases[k].layer, cases[k].in, reps, cases[k].input_grad);
-    if (cases[k].conv != CpuConv::kAuto) r.name += cases[k].conv == CpuConv::kOneDnn ? " [oneDNN]" : " [im2col]";
-    std::printf("%-44s %10.2f %10.2f %14.1f\n", r.name.c_str(), r.forward_ms, r.train_ms,
-                3 * r.flops / (r.train_ms * 1e6));
+    r.name += cases[k].tag;
+    const double gflops = r.flops / (r.train_ms * 1e6);
+    if (r.flops > 0 && peak.flops > 0)
+      std::printf("%-52s %10.3f %10.3f %10.1f %7.0f%%\n", r.name.c_str(), r.forward_ms, r.train_ms, gflops,
+                  100 * gflops * 1e9 / peak.flops);
+    else std::printf("%-52s %10.3f %10.3f %10s %8s\n", r.name.c_str(), r.forward_ms, r.train_ms, "-", "-");
     json += (k ? "," : "") + std::string("{\"layer\":\"") + r.name + "\",\"fwd_ms\":" + std::to_string(r.forward_ms) +
-            ",\"train_ms\":" + std::to_string(r.train_ms) + "}";
+            ",\"train_ms\":" + std::to_string(r.train_ms) + ",\"gflops\":" + std::to_string(gflops) + "}";
   }
   std::printf("%s]}\n", json.c_str());
   return 0;

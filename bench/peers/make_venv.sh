@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Creates (once) the virtual environment the peer benchmarks run PyTorch from: a current PyTorch
-# from PyPI, not Debian's python3-torch 1.13. Prints the venv's python on stdout.
+# Creates (once) a virtual environment the peer benchmarks run from, and prints its python on
+# stdout: a current PyTorch from PyPI (not Debian's python3-torch 1.13), or with the argument
+# `tf`, a current TensorFlow (PyPI's tensorflow-cpu) in a venv of its own.
 #
 #   PY=$(bench/peers/make_venv.sh)          # DRT_PEER_VENV=DIR to choose where (default build/peer-venv)
+#   TF=$(bench/peers/make_venv.sh tf)       # DRT_PEER_VENV_TF=DIR (default build/peer-venv-tf)
 #
 # PyPI's Linux wheel of torch is the CUDA build: it brings the nvidia-* runtime wheels (several
 # GiB) even where only its CPU path is used; the benchmarks use the CPU path (gloo for DDP).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-venv=${DRT_PEER_VENV:-$root/build/peer-venv}
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, numpy" 2>/dev/null; then
-  echo "make_venv: creating $venv with PyTorch from PyPI (a few GiB, once)" >&2
+case "${1:-torch}" in
+  torch) venv=${DRT_PEER_VENV:-$root/build/peer-venv} module=torch packages=(torch numpy) ;;
+  tf) venv=${DRT_PEER_VENV_TF:-$root/build/peer-venv-tf} module=tensorflow packages=(tensorflow-cpu numpy) ;;
+  *) echo "make_venv: unknown peer '$1' (torch or tf)" >&2; exit 2 ;;
+esac
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import $module, numpy" 2>/dev/null; then
+  echo "make_venv: creating $venv with ${packages[*]} from PyPI (large, once)" >&2
   python3 -m venv "$venv" >&2 || { apt-get install -y python3-venv >&2 && python3 -m venv "$venv" >&2; }
   "$venv/bin/pip" install --quiet --upgrade pip >&2
-  "$venv/bin/pip" install --quiet torch numpy >&2
+  "$venv/bin/pip" install --quiet "${packages[@]}" >&2
 fi
 echo "$venv/bin/python"

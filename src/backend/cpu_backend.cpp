@@ -1,9 +1,10 @@
-// The CPU backend. GEMMs go to OpenBLAS (cblas_sgemm, threads set per process); convolution to
-// oneDNN (onednn_conv.hpp) when built with it, else im2col + GEMM over groups of images (chosen
-// by measuring both against PyTorch, see bench/RESULTS.md); everything else is plain loops the
-// compiler vectorises for the CPU's widest units (core/simd_clones.hpp) and splits over the
-// threads (cpu_parallel.hpp): pooling in cpu_pooling.hpp, batch norm in cpu_batchnorm.hpp,
-// elementwise the kernels' CPU references.
+// The CPU backend. GEMMs go to oneDNN's sgemm when built with it (JIT kernels for the CPU's
+// widest units), else, or with CpuGemm::kOpenBlas, to OpenBLAS (cblas_sgemm; the threads of both
+// are set per process); convolution to oneDNN (onednn_conv.hpp) when built with it, else im2col +
+// GEMM over groups of images (chosen by measuring both against PyTorch, see bench/RESULTS.md);
+// everything else is plain loops the compiler vectorises for the CPU's widest units
+// (core/simd_clones.hpp) and splits over the threads (cpu_parallel.hpp): pooling in
+// cpu_pooling.hpp, batch norm in cpu_batchnorm.hpp, elementwise the kernels' CPU references.
 #include <cblas.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "drtrain/config.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/reference.hpp"
 #include "cpu_batchnorm.hpp"
 #include "cpu_parallel.hpp"
@@ -25,6 +27,7 @@
 #include "im2col.hpp"
 #if DRT_HAVE_ONEDNN
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "onednn_conv.hpp"
 #endif
@@ -78,14 +81,16 @@ struct Im2colGeometry {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(bool onednn) {
+  CpuBackend(bool onednn_conv, bool onednn_gemm) : onednn_gemm_(onednn_gemm) {
 #if DRT_HAVE_ONEDNN
-    if (onednn) onednn_ = std::make_unique<OneDnnConv>();
+    if (onednn_conv) onednn_ = std::make_unique<OneDnnConv>();
 #else
-    (void)onednn;
+    (void)onednn_conv;
 #endif
   }
-  std::string name() const override { return onednn() ? "cpu (oneDNN conv)" : "cpu (im2col conv)"; }
+  std::string name() const override {
+    return str("cpu (", onednn() ? "oneDNN" : "im2col", " conv, ", onednn_gemm_ ? "oneDNN" : "OpenBLAS", " GEMM)");
+  }
   DeviceKind kind() const override { return DeviceKind::kCpu; }
 
   DeviceBuffer allocate(std::size_t bytes) override {
@@ -109,6 +114,16 @@ class CpuBackend final : public Backend {
 
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b, float beta,
             float* c) override {
+#if DRT_HAVE_ONEDNN
+    if (onednn_gemm_) {  // row-major, as cblas_sgemm with CblasRowMajor
+      const dnnl_status_t status =
+          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+      if (status != dnnl_success)
+        throw Error(str("oneDNN sgemm failed (status ", static_cast<int>(status), ") for m=", m, " n=", n, " k=", k,
+                        "; --cpu-gemm openblas avoids oneDNN"));
+      return;
+    }
+#endif
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
                 ta ? m : k, b, tb ? k : n, beta, c, n);
   }
@@ -293,6 +308,7 @@ class CpuBackend final : public Backend {
  private:
   LossSums loss_;
   std::array<double, kMarks> marks_{};
+  bool onednn_gemm_ = false;
 #if DRT_HAVE_ONEDNN
   bool onednn() const { return onednn_ != nullptr; }
   std::unique_ptr<OneDnnConv> onednn_;
@@ -305,10 +321,33 @@ class CpuBackend final : public Backend {
 
 bool onednn_available() { return DRT_HAVE_ONEDNN != 0; }
 
-std::unique_ptr<Backend> make_cpu_backend(CpuConv conv) {
-  if (conv == CpuConv::kOneDnn && !onednn_available())
-    throw Error("this drtrain was built without oneDNN (Debian: libdnnl-dev); its CPU convolution is im2col + GEMM");
-  return std::make_unique<CpuBackend>(conv == CpuConv::kOneDnn || (conv == CpuConv::kAuto && onednn_available()));
+CpuGemm parse_cpu_gemm(const std::string& text, const std::string& flag) {
+  if (text == "auto") return CpuGemm::kAuto;
+  if (text == "openblas") return CpuGemm::kOpenBlas;
+  if (text == "onednn") {
+    if (!onednn_available())
+      throw ConfigError(str(flag, " onednn: this drtrain was built without oneDNN (Debian: apt-get install "
+                                  "libdnnl-dev, then rebuild); use auto or openblas"));
+    return CpuGemm::kOneDnn;
+  }
+  throw ConfigError(str(flag, " ", text, ": expected auto, openblas or onednn"));
+}
+
+namespace {
+bool gemm_uses_onednn(CpuGemm gemm) {
+  return gemm == CpuGemm::kOneDnn || (gemm == CpuGemm::kAuto && onednn_available());
+}
+}  // namespace
+
+std::string to_string(CpuGemm gemm) { return gemm_uses_onednn(gemm) ? "oneDNN" : "OpenBLAS"; }
+
+std::unique_ptr<Backend> make_cpu_backend(CpuConv conv, CpuGemm gemm) {
+  if ((conv == CpuConv::kOneDnn || gemm == CpuGemm::kOneDnn) && !onednn_available())
+    throw Error(
+        "this drtrain was built without oneDNN (Debian: libdnnl-dev); its CPU convolution is im2col + GEMM and its "
+        "GEMMs are OpenBLAS's");
+  return std::make_unique<CpuBackend>(conv == CpuConv::kOneDnn || (conv == CpuConv::kAuto && onednn_available()),
+                                      gemm_uses_onednn(gemm));
 }
 
 void set_blas_threads(int threads) {

@@ -34,7 +34,7 @@ std::vector<int> choose_gpus(int local_worker, int towers, int visible, const st
 }
 
 std::string DevicePlan::describe() const {
-  if (kind == backend::DeviceKind::kCpu) return "cpu";
+  if (kind == backend::DeviceKind::kCpu) return str("cpu (GEMMs: ", backend::to_string(cpu_gemm), ")");
   std::string list;
   for (int g : gpus) list += str(list.empty() ? "" : ",", g);
   return str("cuda: GPU(s) [", list, "] ", backend::describe_cuda_device(gpus.front()), allow_tf32 ? ", TF32 on" : "",
@@ -87,6 +87,7 @@ DevicePlan plan_devices(const TrainConfig& c, const comm::Topology& topo) {
 
   DevicePlan plan;
   plan.allow_tf32 = c.cuda_tf32;
+  plan.cpu_gemm = backend::parse_cpu_gemm(c.cpu_gemm, "--cpu-gemm");
   plan.deterministic = c.exchange.deterministic;
   std::optional<std::string> error;
   if (topo.is_worker() && c.device != "cpu") {  // PS ranks never touch a GPU

@@ -19,7 +19,7 @@ namespace drt::train {
 namespace {
 
 std::unique_ptr<backend::Backend> make_device(const DevicePlan& plan, int tower) {
-  if (plan.kind == backend::DeviceKind::kCpu) return backend::make_cpu_backend();
+  if (plan.kind == backend::DeviceKind::kCpu) return backend::make_cpu_backend(backend::CpuConv::kAuto, plan.cpu_gemm);
   backend::CudaOptions o;
   o.device = plan.gpus.at(static_cast<std::size_t>(tower));
   o.allow_tf32 = plan.allow_tf32;

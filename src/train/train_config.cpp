@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "drtrain/backend/backend.hpp"
 #include "drtrain/config.hpp"
 #include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
@@ -57,6 +58,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "allow TF32 tensor cores in cuBLAS and cuDNN (faster; ~1e-3 relative error)")
       ("cuda-debug-sync", po::value<bool>(&c.cuda_debug_sync)->default_value(c.cuda_debug_sync)->implicit_value(true),
        "wait for the GPU after every CUDA call, so errors name the call that caused them (slow)")
+      ("cpu-gemm", po::value<std::string>(&c.cpu_gemm)->default_value(c.cpu_gemm),
+       "auto | openblas | onednn: the library of CPU towers' matrix products (auto: oneDNN when drtrain is built "
+       "with it, whose JIT kernels use AVX-512 where the CPU has it; else OpenBLAS)")
       ("seed", po::value<std::uint64_t>(&c.seed)->default_value(c.seed), "initial weights and data order")
       ("metrics", po::value<std::string>(&c.metrics)->default_value(c.metrics),
        "write JSON lines (progress, evaluation, summary) to this file")
@@ -170,6 +174,7 @@ void TrainConfig::validate() const {
   if (towers < 1) throw ConfigError(str("--towers must be at least 1 (got ", towers, ")"));
   if (device != "auto" && device != "cpu" && device != "cuda")
     throw ConfigError(str("unknown --device '", device, "'; choices: auto, cpu, cuda"));
+  backend::parse_cpu_gemm(cpu_gemm, "--cpu-gemm");  // ConfigError naming the flag
   if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
   if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
   if (bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
@@ -198,13 +203,13 @@ std::string TrainConfig::to_ini() const {
     << "\nsynthetic-shape = " << synthetic_shape << "\ntest-samples = " << test_samples << "\nepochs = " << epochs
     << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
     << "\ndevice = " << device << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
-    << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\nseed = " << seed
-    << "\nmetrics = " << metrics << "\ntimeline = " << timeline << "\ntimeline-max-spans = " << timeline_max_spans
-    << "\nstop-signals = " << stop_signals << "\nlog-every = " << log_every << "\nthreads = " << threads
-    << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
-    << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false") << "\neval-every = " << eval_every
-    << "\ncheckpoint-dir = " << checkpoint_dir << "\ncheckpoint-every = " << checkpoint_every
-    << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\ncpu-gemm = " << cpu_gemm
+    << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
+    << "\ntimeline-max-spans = " << timeline_max_spans << "\nstop-signals = " << stop_signals
+    << "\nlog-every = " << log_every << "\nthreads = " << threads << "\noverlap = " << (overlap ? "true" : "false")
+    << "\nbucket-kib = " << bucket_kib << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false")
+    << "\neval-every = " << eval_every << "\ncheckpoint-dir = " << checkpoint_dir
+    << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps

@@ -35,7 +35,26 @@ TEST(ChooseGpus, TooFewGpusIsAConfigErrorThatSaysWhatToDo) {
   }
 }
 
-TEST(DevicePlan, DescribesTheCpu) { EXPECT_EQ(DevicePlan{}.describe(), "cpu"); }
+TEST(DevicePlan, DescribesTheCpuAndItsGemmLibrary) {
+  DevicePlan plan;
+  EXPECT_EQ(plan.describe(), backend::onednn_available() ? "cpu (GEMMs: oneDNN)" : "cpu (GEMMs: OpenBLAS)");
+  plan.cpu_gemm = backend::CpuGemm::kOpenBlas;
+  EXPECT_EQ(plan.describe(), "cpu (GEMMs: OpenBLAS)");
+}
+
+TEST(DevicePlan, CpuGemmFlagValues) {
+  EXPECT_EQ(backend::parse_cpu_gemm("auto", "--cpu-gemm"), backend::CpuGemm::kAuto);
+  EXPECT_EQ(backend::parse_cpu_gemm("openblas", "--cpu-gemm"), backend::CpuGemm::kOpenBlas);
+  if (backend::onednn_available())
+    EXPECT_EQ(backend::parse_cpu_gemm("onednn", "--cpu-gemm"), backend::CpuGemm::kOneDnn);
+  else EXPECT_THROW(backend::parse_cpu_gemm("onednn", "--cpu-gemm"), ConfigError);
+  try {
+    backend::parse_cpu_gemm("mkl", "--cpu-gemm");
+    FAIL() << "mkl accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--cpu-gemm mkl: expected auto, openblas or onednn");
+  }
+}
 
 }  // namespace
 }  // namespace drt::train

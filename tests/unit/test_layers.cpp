@@ -695,10 +695,20 @@ TEST(CpuBackend, AllocatesZeroedMemoryAndCopies) {
   EXPECT_EQ(download(*device, moved.floats(), host.size()), host);
 }
 
-TEST(CpuBackend, OneDnnConvolutionOnlyWhenBuiltWithIt) {
-  if (backend::onednn_available()) EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kOneDnn), nullptr);
-  else EXPECT_THROW(backend::make_cpu_backend(backend::CpuConv::kOneDnn), Error);
-  EXPECT_NE(backend::make_cpu_backend(backend::CpuConv::kIm2col), nullptr);
+TEST(CpuBackend, OneDnnConvolutionAndGemmOnlyWhenBuiltWithIt) {
+  using backend::CpuConv;
+  using backend::CpuGemm;
+  if (backend::onednn_available()) {
+    EXPECT_NE(backend::make_cpu_backend(CpuConv::kOneDnn), nullptr);
+    EXPECT_EQ(backend::make_cpu_backend(CpuConv::kIm2col, CpuGemm::kOneDnn)->name(), "cpu (im2col conv, oneDNN GEMM)");
+    EXPECT_EQ(backend::make_cpu_backend()->name(), "cpu (oneDNN conv, oneDNN GEMM)");
+  } else {
+    EXPECT_THROW(backend::make_cpu_backend(CpuConv::kOneDnn), Error);
+    EXPECT_THROW(backend::make_cpu_backend(CpuConv::kIm2col, CpuGemm::kOneDnn), Error);
+    EXPECT_EQ(backend::make_cpu_backend()->name(), "cpu (im2col conv, OpenBLAS GEMM)");
+  }
+  EXPECT_EQ(backend::make_cpu_backend(CpuConv::kIm2col, CpuGemm::kOpenBlas)->name(),
+            "cpu (im2col conv, OpenBLAS GEMM)");
 }
 
 // C = alpha * op(A) op(B) + beta * C with op(A)[i][l] = ta ? A[l][i] (A is k x m) : A[i][l]
@@ -713,13 +723,15 @@ Vec ref_gemm(bool ta, bool tb, int m, int n, int k, double alpha, const Vec& a, 
   return c;
 }
 
-using GemmParam = std::tuple<bool, bool, std::array<int, 3>>;
+// Every GEMM library the CPU backend can use (--cpu-gemm), every transposition.
+using GemmParam = std::tuple<backend::CpuGemm, bool, bool, std::array<int, 3>>;
 class Gemm : public testing::TestWithParam<GemmParam> {};
 
 TEST_P(Gemm, MatchesReferenceForEveryTransposition) {
-  const auto [ta, tb, mnk] = GetParam();
+  const auto [library, ta, tb, mnk] = GetParam();
   const auto [m, n, k] = mnk;
-  auto device = backend::make_cpu_backend();
+  if (library == backend::CpuGemm::kOneDnn && !backend::onednn_available()) GTEST_SKIP() << "built without oneDNN";
+  auto device = backend::make_cpu_backend(backend::CpuConv::kAuto, library);
   const FVec a = normal_floats(static_cast<std::size_t>(m) * k, 61),
              b = normal_floats(static_cast<std::size_t>(k) * n, 62);
   const FVec c = normal_floats(static_cast<std::size_t>(m) * n, 63);
@@ -735,16 +747,18 @@ TEST_P(Gemm, MatchesReferenceForEveryTransposition) {
 }
 
 std::string gemm_name(const testing::TestParamInfo<GemmParam>& p) {
-  const std::array<int, 3>& mnk = std::get<2>(p.param);
-  return std::string(std::get<0>(p.param) ? "T" : "N") + (std::get<1>(p.param) ? "T" : "N") + "_" +
+  const std::array<int, 3>& mnk = std::get<3>(p.param);
+  return (std::get<0>(p.param) == backend::CpuGemm::kOneDnn ? "onednn_" : "openblas_") +
+         std::string(std::get<1>(p.param) ? "T" : "N") + (std::get<2>(p.param) ? "T" : "N") + "_" +
          std::to_string(mnk[0]) + "x" + std::to_string(mnk[1]) + "x" + std::to_string(mnk[2]);
 }
 
 using Sizes = std::array<int, 3>;  // m, n, k
 INSTANTIATE_TEST_SUITE_P(OddSizes, Gemm,
-                         testing::Combine(testing::Bool(), testing::Bool(),
+                         testing::Combine(testing::Values(backend::CpuGemm::kOpenBlas, backend::CpuGemm::kOneDnn),
+                                          testing::Bool(), testing::Bool(),
                                           testing::Values(Sizes{1, 1, 1}, Sizes{5, 7, 3}, Sizes{37, 29, 53},
-                                                          Sizes{3, 65, 129})),
+                                                          Sizes{3, 65, 129}, Sizes{64, 130, 784})),
                          gemm_name);
 
 TEST(CpuBackend, Axpby) {

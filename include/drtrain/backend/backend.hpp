@@ -219,9 +219,19 @@ class Backend {
 enum class CpuConv { kAuto, kIm2col, kOneDnn };
 bool onednn_available();
 
-// The CPU backend: OpenBLAS GEMM, oneDNN or im2col convolution, plain loops. Throws Error when
-// kOneDnn is asked for in a build without oneDNN.
-std::unique_ptr<Backend> make_cpu_backend(CpuConv conv = CpuConv::kAuto);
+// Which library does the CPU backend's GEMMs (Linear layers, im2col convolutions): oneDNN's
+// sgemm, whose JIT kernels use the widest vector units the CPU has (AVX-512 on AMD CPUs too;
+// when built with oneDNN: the default), or OpenBLAS (always available; its kernel is chosen by
+// CPU family, which gives AVX2 kernels on AMD CPUs with AVX-512). bench/RESULTS.md, "GEMM
+// libraries", has the measurements behind the default.
+enum class CpuGemm { kAuto, kOpenBlas, kOneDnn };
+// "auto" | "openblas" | "onednn"; throws ConfigError naming `flag` for anything else.
+CpuGemm parse_cpu_gemm(const std::string& text, const std::string& flag);
+std::string to_string(CpuGemm gemm);  // "oneDNN" or "OpenBLAS" (kAuto: what it resolves to)
+
+// The CPU backend: oneDNN or OpenBLAS GEMM, oneDNN or im2col convolution, plain loops. Throws
+// Error when oneDNN is asked for in a build without it.
+std::unique_ptr<Backend> make_cpu_backend(CpuConv conv = CpuConv::kAuto, CpuGemm gemm = CpuGemm::kAuto);
 // Threads of OpenBLAS and of oneDNN's OpenMP runtime: a process setting.
 void set_blas_threads(int threads);
 int blas_threads();

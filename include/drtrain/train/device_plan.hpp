@@ -16,10 +16,11 @@ struct TrainConfig;
 
 struct DevicePlan {
   backend::DeviceKind kind = backend::DeviceKind::kCpu;
-  std::vector<int> gpus;  // kCuda: one visible-GPU index per tower
+  std::vector<int> gpus;                                // kCuda: one visible-GPU index per tower
+  backend::CpuGemm cpu_gemm = backend::CpuGemm::kAuto;  // kCpu: the GEMM library
   bool allow_tf32 = false;
   bool deterministic = false;
-  std::string describe() const;  // "cpu" or "cuda: GPUs [0,1] (NVIDIA H200 ...)"
+  std::string describe() const;  // "cpu (GEMMs: oneDNN)" or "cuda: GPUs [0,1] (NVIDIA H200 ...)"
 };
 
 // The pure rule (tested without MPI or GPUs): the GPUs of the worker that is `local_worker`-th

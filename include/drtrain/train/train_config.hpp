@@ -35,9 +35,10 @@ struct TrainConfig {
   std::int64_t max_steps = 0;  // 0: no limit besides --epochs
   int batch_size = 128;        // global batch: workers x towers x per-tower batch
   int towers = 1;
-  std::string device = "auto";   // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
-  bool cuda_tf32 = false;        // TF32 tensor cores in cuBLAS/cuDNN
-  bool cuda_debug_sync = false;  // wait after every CUDA call (errors point at their call)
+  std::string device = "auto";    // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
+  bool cuda_tf32 = false;         // TF32 tensor cores in cuBLAS/cuDNN
+  bool cuda_debug_sync = false;   // wait after every CUDA call (errors point at their call)
+  std::string cpu_gemm = "auto";  // CPU towers' GEMM library: auto (oneDNN when built with it) | openblas | onednn
   LayoutOptions layout;
   ps::ExchangeConfig exchange;
   optim::OptimizerConfig optimizer;
