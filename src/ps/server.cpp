@@ -199,7 +199,8 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
       if (backup) {
         apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()));
         version[bi] = stats_.steps + 2;
-        stats_.dropped_steps += static_cast<double>(workers - static_cast<int>(chosen.size())) / blocks;
+        stats_.dropped_block_gradients += workers - static_cast<int>(chosen.size());
+        stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
         done[bi] = true;
       } else {
         for (int w : chosen) {

@@ -31,10 +31,11 @@ struct ServerStats {
   double publish_s = 0.0;                // publishing versions (fence: includes the workers' pulls)
   std::size_t apply_progress_calls = 0;  // MPI progress turns taken inside applies (comm/progress.hpp)
   // The relaxed modes (--sync-mode backup/ssp/async):
-  double dropped_steps = 0.0;          // backup: late gradients dropped, in steps' worth (block by block)
-  std::int64_t gradients_applied = 0;  // ssp/async: worker gradients applied to block 0
-  std::int64_t staleness_max = 0;      // ssp/async: updates of a block between a worker's pull and
-  double staleness_sum = 0.0;          //   the apply of the gradient it computed from it
+  std::int64_t dropped_block_gradients = 0;  // backup: (worker, block) gradients dropped as late
+  double dropped_steps = 0.0;                // backup: the same in steps' worth (the count / blocks: exact when whole)
+  std::int64_t gradients_applied = 0;        // ssp/async: worker gradients applied to block 0
+  std::int64_t staleness_max = 0;            // ssp/async: updates of a block between a worker's pull and
+  double staleness_sum = 0.0;                //   the apply of the gradient it computed from it
   std::int64_t staleness_count = 0;
 };
 
