@@ -28,26 +28,17 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train import load_data, set_thread_env  # noqa: E402  (numpy only; torch is not imported)
+from torch_train import add_data_args, load_data, set_thread_env  # noqa: E402  (torch is not imported)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="mlp", help="mlp | cnn | mlp:784-H1-...-10")
-    p.add_argument("--dataset", choices=["synthetic", "fashion-mnist"], default="synthetic")
-    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
-                   help="directory with the Fashion-MNIST IDX .gz files")
-    p.add_argument("--synthetic-train", type=int, default=60000, help="images of --dataset synthetic")
+    add_data_args(p, "mlp | cnn | mlp:784-H1-...-10")
     p.add_argument("--threads", type=int, default=1, help="intra-op and inter-op threads")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--steps", type=int, default=100, help="timed steps (rounded up to whole calls)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps first (rounded up to whole calls)")
-    p.add_argument("--steps-per-call", type=int, default=1, help="training steps per tf.function call")
+    p.add_argument("--steps-per-call", type=int, default=1,
+                   help="training steps per tf.function call (--steps and --warmup are rounded up to whole calls)")
     p.add_argument("--xla", action="store_true", help="compile the training function with XLA")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=1, help="weights, synthetic data and data order")
     a = p.parse_args(argv)
     if a.threads < 1 or a.steps < 1 or a.warmup < 0 or a.steps_per_call < 1 or a.batch_size < 1:
         p.error("--threads, --steps, --steps-per-call and --batch-size must be >= 1, --warmup >= 0")

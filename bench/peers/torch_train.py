@@ -39,14 +39,26 @@ import sys
 import time
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="mlp", help="mlp | cnn | resnet20 | mlp:784-H1-...-10")
+def add_data_args(p, models):
+    """The flags every peer shares (tf_train.py too): what is trained, on which data, with which
+    optimizer and how many steps are timed."""
+    p.add_argument("--model", default="mlp", help=models)
     p.add_argument("--dataset", choices=["synthetic", "fashion-mnist"], default="synthetic")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist",
                    help="directory with the Fashion-MNIST IDX .gz files")
     p.add_argument("--synthetic-train", type=int, default=60000, help="images of --dataset synthetic")
+    p.add_argument("--batch-size", type=int, default=128, help="global batch")
+    p.add_argument("--steps", type=int, default=100, help="timed steps")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps before the timed ones")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=1, help="weights, synthetic data and data order")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_data_args(p, "mlp | cnn | resnet20 | mlp:784-H1-...-10")
     p.add_argument("--ranks", type=int, default=1, help="1: single process; N > 1: DDP (gloo) with N processes")
     p.add_argument("--rendezvous", default="",
                    help="tcp://HOST:PORT: DDP among processes an MPI launcher started (rank and size from its env)")
@@ -54,14 +66,8 @@ def parse_args(argv=None):
                    help="where the model trains (cuda: --ranks 1 only)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per process (also OPENBLAS/OMP/MKL_NUM_THREADS)")
-    p.add_argument("--batch-size", type=int, default=128, help="global batch")
-    p.add_argument("--steps", type=int, default=100, help="timed steps")
-    p.add_argument("--warmup", type=int, default=5, help="untimed steps before the timed ones")
     p.add_argument("--channels-last", action="store_true",
                    help="convolutional models in torch.channels_last memory format (often faster on CPU)")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=1, help="weights, synthetic data and data order")
     p.add_argument("--omp-wait-policy", choices=["default", "passive", "active"], default="default",
                    help="OMP_WAIT_POLICY for torch's OpenMP threads (passive: idle threads sleep instead of "
                         "spinning, leaving the cores to OpenBLAS's own threads)")
