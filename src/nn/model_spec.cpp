@@ -1,6 +1,7 @@
 #include "drtrain/nn/model_spec.hpp"
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "drtrain/core/error.hpp"
@@ -16,6 +17,14 @@ int node_index(const ModelGraph& g, const std::string& name) {
     if (g.nodes()[i].name == name) return static_cast<int>(i);
   DRT_ASSERT(false, "ModelGraph let an undefined input through");
   return -1;
+}
+
+// A layer's output must be a real tensor whose per-sample size fits the int the layers count
+// features in (a model file's huge padding or kernel would otherwise wrap it around).
+void check_output(const TensorShape& s) {
+  if (s.c < 1 || s.h < 1 || s.w < 1 || s.per_sample() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw ConfigError(str("its output (", s.c, "x", s.h, "x", s.w,
+                          " per sample) is empty or larger than 2^31 - 1 values; check its options"));
 }
 
 }  // namespace
@@ -37,11 +46,14 @@ ModelSpec::ModelSpec(ModelGraph graph, TensorShape input, int classes)
     try {
       const auto layer = kinds::make_layer(node, in, classes_, at);
       w.output = layer->output_shape(in);
+      check_output(w.output);
       for (const ParamSpec& p : layer->params()) layout_.add(node.name + "." + p.name, p.shape, p.state);
     } catch (const ConfigError& e) {
       const std::string what = e.what();
       if (what.rfind(at, 0) == 0) throw;
       throw ConfigError(str(at, node.name, " = ", node.kind, ": ", what));
+    } catch (const Error& e) {  // ParamLayout's: a tensor the model file's options made impossible
+      throw ConfigError(str(at, node.name, " = ", node.kind, ": ", e.what()));
     }
     wiring_.push_back(std::move(w));
   }

@@ -74,7 +74,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"input = relu\nfc = linear out=10", {"net.model:1:", "'input' is the data"}},
         BadFile{"fc linear out=10", {"net.model:1:", "NAME = KIND"}},
         BadFile{"fc = linear(input out=10", {"net.model:1:", "missing ')'"}},
-        BadFile{"# only a comment\n", {"net.model", "no layers"}}),
+        BadFile{"# only a comment\n", {"net.model", "no layers"}},
+        // Found by fuzz_model: a padding this large made the flattened size wrap around int.
+        BadFile{"c = conv2d out=64 kernel=5 pad=100000\nfc = linear out=10",
+                {"net.model:1:", "64x200004x200004", "larger than 2^31 - 1"}}),
     [](const testing::TestParamInfo<BadFile>& p) { return "case" + std::to_string(p.index); });
 
 TEST(ModelGraph, UnknownModelNamesListThePresets) {
