@@ -1,5 +1,7 @@
 #include "drtrain/ps/exchange_config.hpp"
 
+#include <cstdlib>
+
 #include "drtrain/core/choices.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -62,6 +64,39 @@ void ExchangeConfig::validate_for(int num_workers) const {
                           num_workers, ")"));
 }
 
+Lookahead parse_lookahead(const std::string& text) {
+  Lookahead out;
+  if (text == "auto") return out;
+  if (text == "off") {
+    out.kind = Lookahead::Kind::kOff;
+    return out;
+  }
+  char* end = nullptr;
+  const double k = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(k > 0.0) || !(k <= 1000.0))
+    throw ConfigError(str("--lookahead '", text,
+                          "': use auto (updates ahead = the mean staleness measured), off, or a number of updates "
+                          "ahead in (0, 1000]"));
+  out.kind = Lookahead::Kind::kFixed;
+  out.k = k;
+  return out;
+}
+
+std::string to_string(const Lookahead& lookahead) {
+  switch (lookahead.kind) {
+    case Lookahead::Kind::kAuto: return "auto";
+    case Lookahead::Kind::kOff: return "off";
+    case Lookahead::Kind::kFixed: return str(lookahead.k);
+  }
+  return "?";
+}
+
+bool ExchangeConfig::lookahead_active(bool momentum_sgd, int num_workers) const {
+  if (mode.kind != SyncKind::kSsp && mode.kind != SyncKind::kAsync) return false;
+  if (!momentum_sgd) return false;
+  return lookahead.kind == Lookahead::Kind::kFixed || (lookahead.kind == Lookahead::Kind::kAuto && num_workers > 1);
+}
+
 void ExchangeConfig::validate() const {
   if (chunk_bytes != 0 && (chunk_bytes < 4096 || chunk_bytes > (std::size_t{1} << 30)))
     throw ConfigError(str("--rma-chunk-kib must give a chunk between 4 KiB and 1 GiB (got ",
@@ -90,11 +125,18 @@ void ExchangeConfig::validate() const {
   if (mode.relaxed() && push == GradPush::kOrdered)
     throw ConfigError(str("--sync-mode ", to_string(mode),
                           " pushes into per-worker slots; --grad-push ordered is for --sync-mode sync"));
+  if (lookahead.kind == Lookahead::Kind::kFixed && mode.kind != SyncKind::kSsp && mode.kind != SyncKind::kAsync)
+    throw ConfigError(str("--lookahead ", to_string(lookahead),
+                          " is for --sync-mode ssp:S and async, where a gradient "
+                          "is applied after other workers' updates (this run: --sync-mode ",
+                          to_string(mode), ")"));
   if (max_nap_us < 1) throw ConfigError(str("the poll nap must be at least 1 us (got ", max_nap_us, ")"));
 }
 
 std::string ExchangeConfig::describe(int num_nodes) const {
-  return str("sync-mode ", to_string(mode), ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
+  const bool per_gradient = mode.kind == SyncKind::kSsp || mode.kind == SyncKind::kAsync;
+  return str("sync-mode ", to_string(mode), per_gradient ? ", lookahead " + to_string(lookahead) : std::string(),
+             ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
              per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire),
              ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),

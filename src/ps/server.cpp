@@ -42,13 +42,18 @@ std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const Excha
   const std::size_t grad_copies = config.per_worker_slots() ? static_cast<std::size_t>(num_workers) : 1;
   const std::size_t wire = config.wire_bytes();
   const std::size_t published_copy = wire == 4 ? 0 : wire;  // the bf16 parameters next to the master
-  return shard_size * (4 + published_copy + wire * grad_copies + 4 * static_cast<std::size_t>(optimizer.num_slots()));
+  const bool momentum_sgd = optimizer.kind == optim::OptimizerKind::kSgd && optimizer.momentum > 0.0;
+  const std::size_t lookahead_master = config.lookahead_active(momentum_sgd, num_workers) ? 4 : 0;
+  return shard_size * (4 + lookahead_master + published_copy + wire * grad_copies +
+                       4 * static_cast<std::size_t>(optimizer.num_slots()));
 }
 
 std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const ExchangeConfig& config,
                                const optim::OptimizerConfig& optimizer) {
+  const bool momentum_sgd = optimizer.kind == optim::OptimizerKind::kSgd && optimizer.momentum > 0.0;
   std::string out =
-      str("PS memory (params", config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
+      str("PS memory (params", config.lookahead_active(momentum_sgd, num_workers) ? " + their look-ahead" : "",
+          config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
           config.per_worker_slots() ? str(num_workers, config.wire == Wire::kBf16 ? " bf16" : "", " gradient slots")
                                     : std::string("gradient sum"),
           " + ", optimizer.num_slots(), " optimizer slot(s)):");
@@ -72,7 +77,10 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       relaxed_(config.mode.relaxed() ? std::make_unique<RelaxedServer>(topo, window_, config) : nullptr),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
       slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0),
-      all_workers_(static_cast<std::size_t>(topo.num_workers())) {
+      all_workers_(static_cast<std::size_t>(topo.num_workers())),
+      lookahead_(config.lookahead_active(optimizer.kind == optim::OptimizerKind::kSgd && optimizer.momentum > 0.0,
+                                         topo.num_workers())),
+      master_(lookahead_ ? range_.size() : 0) {
   for (std::size_t w = 0; w < all_workers_.size(); ++w) all_workers_[w] = static_cast<int>(w);
 }
 
@@ -80,11 +88,26 @@ ParameterServer::~ParameterServer() = default;
 
 const ShardLayout& ParameterServer::layout() const { return window_.layout(topo_.role_index()); }
 
-float* ParameterServer::params() { return window_.local(layout().params(0)); }
+float* ParameterServer::params() { return lookahead_ && started_ ? master_.data() : window_.local(layout().params(0)); }
+
+const float* ParameterServer::published() { return window_.local(layout().params(0)); }
+
+double ParameterServer::lookahead_updates() const {
+  if (!lookahead_) return 0.0;
+  if (config_.lookahead.kind == Lookahead::Kind::kFixed) return config_.lookahead.k;
+  // auto: what a gradient has waited so far, in updates; before the first, W - 1 (each other
+  // worker's gradient applied once in between, as when all run at the same pace).
+  return stats_.staleness_count > 0 ? stats_.staleness_sum / static_cast<double>(stats_.staleness_count)
+                                    : static_cast<double>(topo_.num_workers() - 1);
+}
 
 void ParameterServer::start() {
   if (relaxed_) relaxed_->start();
   else protocol_->start();
+  if (lookahead_) {  // the uploaded or restored parameters become the master; published as they are until updated
+    std::copy(published(), published() + range_.size(), master_.data());
+    started_ = true;
+  }
   std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
   if (config_.wire == Wire::kBf16)  // the uploaded or restored parameters, as workers will pull them
@@ -272,7 +295,8 @@ void ParameterServer::apply_slots(int block, const std::vector<int>& workers, fl
   const ShardLayout& geometry = layout();
   const bool bf16 = config_.wire == Wire::kBf16;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
-  float* params = window_.local(geometry.params(begin));
+  float* window_params = window_.local(geometry.params(begin));
+  float* params = lookahead_ ? master_.data() + begin : window_params;
   std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
@@ -289,7 +313,8 @@ void ParameterServer::apply_slots(int block, const std::vector<int>& workers, fl
           [](float x) { return x; });
     else grad = window_.local(geometry.grad(workers.front(), begin)) + b;
     update(begin + b, n, params + b, grad, scale);
-    if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
+    if (lookahead_) publish_lookahead(begin + b, n, window_params + b);
+    if (published) kernels::ref::float_to_bf16(window_params + b, published + b, n);
     pacer.advance(n * sizeof(float));
   }
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
@@ -307,6 +332,15 @@ void ParameterServer::update(std::size_t offset, std::size_t n, float* params, c
     done = hi;
   }
   if (done < n) optimizer_->update(offset + done, n - done, params + done, grad + done, scale);
+}
+
+void ParameterServer::publish_lookahead(std::size_t offset, std::size_t n, float* published) {
+  const float ahead = static_cast<float>(optimizer_->current_lr() * lookahead_updates());
+  const float* master = master_.data() + offset;
+  const float* momentum = optimizer_->slot(0).data() + offset;
+  // State elements (state_ranges_) keep a zero momentum (the optimizer never runs on them), so
+  // they are published as they are.
+  for (std::size_t i = 0; i < n; ++i) published[i] = master[i] - ahead * momentum[i];
 }
 
 std::size_t ParameterServer::memory_bytes() const {

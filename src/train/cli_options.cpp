@@ -64,6 +64,10 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
        "once all but B workers' gradients are in; late ones are dropped) | ssp:S (each gradient applied as "
        "it arrives; a worker leads the slowest by at most S steps) | async (each gradient applied as it "
        "arrives, no waiting)")
+      ("lookahead", choice(out.lookahead, ps::to_string(out.lookahead), ps::parse_lookahead),
+       "--sync-mode ssp:S and async with momentum SGD: the PS publishes the parameters extrapolated k updates "
+       "along the momentum (params - lr * k * momentum), where they will be when a gradient computed from them is "
+       "applied: auto (k = the mean staleness measured; off with one worker) | off | k")
       ("rma-sync", choice(out.sync, ps::to_string(out.sync), ps::parse_rma_sync),
        "RMA synchronisation: passive (lock_all + flush + arrival/version words) | fence")
       ("grad-push", choice(out.push, ps::to_string(out.push), ps::parse_grad_push),

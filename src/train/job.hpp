@@ -63,6 +63,7 @@ struct RankReport {
   std::int64_t staleness_max = 0;     // PS: block updates between a pull and its gradient's apply
   double staleness_sum = 0.0;         //   (ssp, async)
   std::int64_t staleness_count = 0;
+  double lookahead = 0.0;  // PS: the updates it looked ahead at the end (--lookahead)
 };
 
 // The worker's side of the run, on its data; training starts at the resume point (step 0 for a

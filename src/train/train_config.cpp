@@ -189,6 +189,12 @@ void TrainConfig::validate() const {
   if (resume == "latest" && checkpoint_dir.empty())
     throw ConfigError("--resume without a file needs --checkpoint-dir DIR (or pass --resume FILE)");
   exchange.validate();
+  if (exchange.lookahead.kind == ps::Lookahead::Kind::kFixed &&
+      !(optimizer.kind == optim::OptimizerKind::kSgd && optimizer.momentum > 0.0))
+    throw ConfigError(str("--lookahead ", ps::to_string(exchange.lookahead),
+                          " extrapolates along SGD's momentum buffer; it needs --optimizer sgd with --momentum above 0 "
+                          "(this run: ",
+                          optimizer.describe(), ")"));
   optim::OptimizerConfig check = optimizer;
   if (check.schedule.total_steps == 0) check.schedule.total_steps = check.schedule.warmup_steps + 1;  // set per run
   check.validate();
@@ -214,8 +220,8 @@ std::string TrainConfig::to_ini() const {
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps
     << "\nps-placement = " << comm::to_string(layout.placement) << "\nexpect-ranks = " << layout.expect_ranks
-    << "\nsync-mode = " << ps::to_string(exchange.mode) << "\nrma-sync = " << ps::to_string(exchange.sync)
-    << "\ngrad-push = " << ps::to_string(exchange.push)
+    << "\nsync-mode = " << ps::to_string(exchange.mode) << "\nlookahead = " << ps::to_string(exchange.lookahead)
+    << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
     << "\nwire = " << ps::to_string(exchange.wire) << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024
     << "\nhang-timeout = " << exchange.hang_timeout_s

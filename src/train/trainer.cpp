@@ -233,6 +233,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   r.staleness_max = server.stats().staleness_max;
   r.staleness_sum = server.stats().staleness_sum;
   r.staleness_count = server.stats().staleness_count;
+  r.lookahead = server.lookahead_updates();
   return r;
 }
 
@@ -266,6 +267,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
   }
   const ps::SyncMode mode = job.config.exchange.mode;
   double dropped = 0.0, staleness_sum = 0.0, samples = 0.0;
+  double lookahead = 0.0;
   std::int64_t staleness_max = 0, staleness_count = 0, max_lead = 0;
   std::string skipped;
   for (int p = 0; p < topo.num_ps(); ++p) {
@@ -274,6 +276,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     staleness_max = std::max(staleness_max, r.staleness_max);
     staleness_sum += r.staleness_sum;
     staleness_count += r.staleness_count;
+    lookahead = std::max(lookahead, r.lookahead);
   }
   for (int w = 0; w < topo.num_workers(); ++w) {
     const RankReport& r = all[static_cast<std::size_t>(topo.worker_world_ranks()[static_cast<std::size_t>(w)])];
@@ -286,11 +289,16 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     out.line(str("sync-mode ", ps::to_string(mode), ": the PS dropped ", fixed(dropped, 1),
                  " steps' worth of late gradients; steps each worker skipped to catch up: ", skipped));
   if (mode.kind == ps::SyncKind::kSsp || mode.kind == ps::SyncKind::kAsync)
-    out.line(str("sync-mode ", ps::to_string(mode), ": staleness of the applied gradients (updates of a block between ",
-                 "a worker's pull and the apply): mean ", fixed(staleness_mean, 2), ", max ", staleness_max,
-                 mode.kind == ps::SyncKind::kSsp
-                     ? str("; most steps a worker led the slowest: ", max_lead, " (bound ", mode.bound, ")")
-                     : std::string()));
+    out.line(
+        str("sync-mode ", ps::to_string(mode), ": staleness of the applied gradients (updates of a block between ",
+            "a worker's pull and the apply): mean ", fixed(staleness_mean, 2), ", max ", staleness_max,
+            mode.kind == ps::SyncKind::kSsp
+                ? str("; most steps a worker led the slowest: ", max_lead, " (bound ", mode.bound, ")")
+                : std::string(),
+            lookahead > 0.0
+                ? str("; workers computed from parameters looked ahead ", fixed(lookahead, 2),
+                      " updates along the momentum (--lookahead ", ps::to_string(job.config.exchange.lookahead), ")")
+                : str("; no look-ahead (--lookahead ", ps::to_string(job.config.exchange.lookahead), ")")));
   out.line(str("peak resident memory: ", fixed(worker_rss, 1), " MiB per worker, ", fixed(ps_rss, 1),
                " MiB per PS (the largest); workers waited for data ", fixed(100.0 * data_wait, 2),
                "% of the time (the most)"));
@@ -315,7 +323,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("sync_mode", ps::to_string(mode));
   if (mode.kind == ps::SyncKind::kBackup) summary.add("dropped_steps", dropped).add("skipped_steps", skipped);
   if (mode.kind == ps::SyncKind::kSsp || mode.kind == ps::SyncKind::kAsync)
-    summary.add("staleness_mean", staleness_mean).add("staleness_max", staleness_max);
+    summary.add("staleness_mean", staleness_mean).add("staleness_max", staleness_max).add("lookahead", lookahead);
   if (mode.kind == ps::SyncKind::kSsp) summary.add("max_lead", max_lead);
   if (c.stop_signal) summary.add("stopped_by", signal_name(c.stop_signal));
   out.summary(summary);

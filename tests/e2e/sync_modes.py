@@ -8,7 +8,8 @@ Fashion-MNIST MLP.
                relaxed modes' order of applies follows the scheduler, so the bound has room for
                an oversubscribed, loaded CI host); backup drops late gradients and the
                straggler skips steps; ssp: the most steps any worker led the slowest (recorded at
-               every push) is at least 1 and never above S = 2; async and ssp report staleness
+               every push) is at least 1 and never above S = 2; async and ssp report staleness and
+               look ahead (--lookahead auto) by its mean
   one-worker   with 1 PS + 1 worker, async and ssp:1 give the bitwise same final checkpoint as sync;
                with 3 workers backup:0 (wait for all, through the relaxed protocol: slots, read
                locks, versions) gives --deterministic sync's, bitwise
@@ -81,6 +82,11 @@ class Case:
                 if "staleness_max" not in s or s["staleness_max"] < 1:
                     raise SystemExit(f"FAIL: {mode}: 3 workers applied one by one must see stale gradients: {s}")
                 expect(out, "staleness of the applied gradients", f"{mode}'s report")
+                # --lookahead auto (default; momentum SGD): k = the mean staleness the (one) PS measured.
+                if not abs(s.get("lookahead", -1) - s["staleness_mean"]) < 1e-6:
+                    raise SystemExit(f"FAIL: {mode}: --lookahead auto looked {s.get('lookahead')} updates ahead, "
+                                     f"the mean staleness was {s['staleness_mean']}")
+                expect(out, "updates along the momentum (--lookahead auto)", f"{mode}'s look-ahead report")
             if mode.startswith("ssp") and not 1 <= s["max_lead"] <= 2:
                 raise SystemExit(f"FAIL: ssp:2: the most steps a worker led the slowest was {s['max_lead']}; "
                                  f"it must be within [1, 2] with a 3x straggler")

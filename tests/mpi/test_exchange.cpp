@@ -45,7 +45,8 @@ struct Case {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;
   Wire wire = Wire::kFp32;
-  SyncMode mode;  // --sync-mode
+  SyncMode mode;        // --sync-mode
+  Lookahead lookahead;  // --lookahead
   std::size_t size = 1000;
   bool integer_grads = false;
   bool same_grads = false;  // every worker pushes the same gradient (worker 0's)
@@ -82,6 +83,9 @@ float on_wire(const Case& c, float x) {
 
 ServerStats g_last_server_stats;       // PS: the stats of the last run_exchange
 std::vector<float> g_last_master;      // PS: its shard of the float32 master parameters after it
+std::vector<float> g_last_published;   // PS: its shard of what workers pull, after it
+std::vector<float> g_last_momentum;    // PS: its shard of SGD's momentum buffer, after it
+double g_last_lookahead = 0.0;         // PS: the updates it looked ahead at the end
 std::int64_t g_last_early_chunks = 0;  // worker: chunks pull_during_push() brought back
 
 // Runs the case on this rank. Workers return their parameters after the last step.
@@ -91,6 +95,7 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
   config.push = c.push;
   config.wire = c.wire;
   config.mode = c.mode;
+  config.lookahead = c.lookahead;
   config.chunk_bytes = c.chunk_bytes;
   config.hang_timeout_s = 60;
   const ShardPlan plan = ShardPlan::balanced(c.size, topo.num_ps());
@@ -99,7 +104,12 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
     server.start();
     EXPECT_EQ(server.serve(), c.steps);
     g_last_server_stats = server.stats();
-    g_last_master.assign(server.params(), server.params() + plan.shard(topo.role_index()).size());
+    const std::size_t shard = plan.shard(topo.role_index()).size();
+    g_last_master.assign(server.params(), server.params() + shard);
+    g_last_published.assign(server.published(), server.published() + shard);
+    if (server.optimizer().slot_names().empty()) g_last_momentum.clear();
+    else g_last_momentum.assign(server.optimizer().slot(0).data(), server.optimizer().slot(0).data() + shard);
+    g_last_lookahead = server.lookahead_updates();
     return {};
   }
   WorkerExchange exchange(topo, plan, config);
@@ -302,6 +312,64 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
       }
       ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
     }
+}
+
+// --lookahead under ssp/async: the PS keeps its master parameters apart and publishes
+// master - lr * k * momentum, which is what workers pull. Momentum 0.5, lr 1 and integer
+// gradients keep every value a short binary fraction, so float32 is exact: with one worker the
+// master equals the float64 reference of momentum SGD and the worker holds that reference's
+// look-ahead; with several (order-dependent sums) the PS's published copy is its master's
+// look-ahead. --lookahead auto looks W - 1 updates ahead until it has measured staleness.
+TEST_F(Exchange, LookaheadPublishesAheadOfTheMaster) {
+  const int workers = topo_->num_workers();
+  for (const SyncMode& mode : {SyncMode{SyncKind::kAsync, 0}, SyncMode{SyncKind::kSsp, 1}})
+    for (Wire wire : {Wire::kFp32, Wire::kBf16}) {
+      Case c;
+      c.mode = mode;
+      c.push = GradPush::kSlots;
+      c.wire = wire;
+      c.size = 100003;
+      c.integer_grads = true;
+      c.optimizer = plain_sgd_lr1();
+      c.optimizer.momentum = 0.5;
+      c.lookahead = parse_lookahead("2");
+      c.steps = 5;
+      const std::vector<float> got = run_exchange(*topo_, c);
+      std::string detail;
+      if (topo_->is_ps()) {
+        const ShardRange range = ShardPlan::balanced(c.size, topo_->num_ps()).shard(topo_->role_index());
+        if (g_last_lookahead != 2.0) detail = str(c.name(), ": looked ", g_last_lookahead, " updates ahead, not 2");
+        for (std::size_t i = 0; i < range.size() && detail.empty(); ++i) {
+          const double want = static_cast<double>(g_last_master[i]) - 2.0 * g_last_momentum[i];
+          if (static_cast<double>(g_last_published[i]) != want)
+            detail = str(c.name(), ": PS element ", range.begin + i, " publishes ", g_last_published[i],
+                         ", master - 2 lr momentum = ", want);
+        }
+      }
+      if (topo_->is_worker() && workers == 1) {
+        std::vector<double> init(c.size), grad(c.size);
+        for (std::size_t i = 0; i < c.size; ++i) init[i] = initial_param(c, i);
+        testing::ReferenceOptimizer ref(c.optimizer, init);
+        for (int s = 0; s < c.steps; ++s) {
+          for (std::size_t i = 0; i < c.size; ++i) grad[i] = on_wire(c, gradient(c, 1, s, 0, i));
+          ref.step(grad);
+        }
+        for (std::size_t i = 0; i < c.size && detail.empty(); ++i) {
+          const double want = on_wire(c, static_cast<float>(ref.params()[i] - 2.0 * ref.momentum()[i]));
+          if (static_cast<double>(got[i]) != want)
+            detail = str(c.name(), ": the worker pulled ", got[i], " for element ", i, ", reference look-ahead ", want);
+        }
+      }
+      ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
+    }
+  // auto: W - 1 updates ahead before any staleness is measured, the mean staleness after.
+  ExchangeConfig config;
+  config.mode = {SyncKind::kAsync, 0};
+  EXPECT_EQ(config.lookahead_active(true, 1), false);
+  EXPECT_EQ(config.lookahead_active(true, 2), true);
+  EXPECT_EQ(config.lookahead_active(false, 2), false);
+  config.mode = {SyncKind::kBackup, 1};
+  EXPECT_EQ(config.lookahead_active(true, 2), false);
 }
 
 // Integers up to 256 are exact in bf16 too: the 16-bit wire must be exact here as well.

@@ -69,6 +69,7 @@ class ReferenceOptimizer {
   }
 
   const std::vector<double>& params() const { return p_; }
+  const std::vector<double>& momentum() const { return a_; }  // SGD's momentum buffer
 
   // The largest difference of `params` from these, relative to max(|reference|, 1e-2).
   double max_relative_error(const std::vector<float>& params) const {

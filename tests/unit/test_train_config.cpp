@@ -153,6 +153,34 @@ TEST(TrainConfig, SyncModesAndStragglers) {
   }
 }
 
+// --lookahead: auto by default, off, or a fixed number of updates; it round-trips through
+// --print-config, and a fixed k where it cannot apply is an error that says why.
+TEST(TrainConfig, Lookahead) {
+  const TrainConfig d = *parse({});
+  EXPECT_EQ(d.exchange.lookahead.kind, ps::Lookahead::Kind::kAuto);
+  const TrainConfig a = *parse({"--sync-mode", "async", "--momentum", "0.9", "--lookahead", "1.5"});
+  EXPECT_EQ(a.exchange.lookahead.kind, ps::Lookahead::Kind::kFixed);
+  EXPECT_DOUBLE_EQ(a.exchange.lookahead.k, 1.5);
+  EXPECT_TRUE(a.exchange.lookahead_active(true, 1));  // a fixed k applies even to one worker
+  const TrainConfig back = *parse({"--config", write_file("drt_lookahead.ini", a.to_ini())});
+  EXPECT_EQ(back.exchange.lookahead, a.exchange.lookahead);
+  EXPECT_EQ(parse({"--sync-mode", "ssp:2", "--lookahead", "off"})->exchange.lookahead.kind, ps::Lookahead::Kind::kOff);
+  EXPECT_FALSE(parse({"--sync-mode", "ssp:2", "--lookahead", "off"})->exchange.lookahead_active(true, 4));
+  for (const char* bad : {"0", "-1", "x", "2x", "", "nan", "inf", "1e9"})
+    EXPECT_NE(error_of({"--sync-mode", "async", "--lookahead", bad}).find("use auto (updates ahead"), std::string::npos)
+        << bad;
+  EXPECT_NE(error_of({"--lookahead", "2"}).find("is for --sync-mode ssp:S and async"), std::string::npos);
+  EXPECT_NE(error_of({"--sync-mode", "backup:1", "--lookahead", "2"}).find("is for --sync-mode ssp:S and async"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--sync-mode", "async", "--lookahead", "2", "--optimizer", "adam"}).find("needs --optimizer sgd"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--sync-mode", "async", "--lookahead", "2", "--momentum", "0"}).find("--momentum above 0"),
+            std::string::npos);
+  // auto and off are accepted with any mode and optimizer (auto is the default everywhere).
+  EXPECT_NO_THROW(parse({"--sync-mode", "async", "--optimizer", "adam", "--lookahead", "auto"}));
+  EXPECT_NO_THROW(parse({"--lookahead", "off"}));
+}
+
 TEST(TrainConfig, HelpVersionAndPrintConfigStop) {
   EXPECT_FALSE(parse({"--help"}).has_value());
   EXPECT_FALSE(parse({"--version"}).has_value());

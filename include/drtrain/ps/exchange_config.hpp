@@ -68,9 +68,23 @@ struct SyncMode {
 SyncMode parse_sync_mode(const std::string& text);
 std::string to_string(const SyncMode& mode);
 
+// --lookahead under --sync-mode ssp:S and async (docs/ARCHITECTURE.md, "Staleness look-ahead"):
+// with momentum SGD the PS publishes params - lr * k * momentum, where the parameters are
+// expected to be when a gradient computed from them arrives (k updates later), instead of the
+// parameters themselves. kAuto: k = the mean staleness the PS has measured so far (W - 1 before
+// the first gradient), off with one worker; kOff: publish the parameters; kFixed: k as given.
+struct Lookahead {
+  enum class Kind { kAuto, kOff, kFixed } kind = Kind::kAuto;
+  double k = 0.0;  // kFixed
+  bool operator==(const Lookahead& o) const { return kind == o.kind && k == o.k; }
+};
+Lookahead parse_lookahead(const std::string& text);  // "auto", "off" or a number k > 0; ConfigError
+std::string to_string(const Lookahead& lookahead);
+
 struct ExchangeConfig {
   RmaSync sync = RmaSync::kPassive;
   SyncMode mode;                          // --sync-mode
+  Lookahead lookahead;                    // --lookahead
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   Wire wire = Wire::kFp32;
   bool deterministic = false;  // --deterministic: the same as push = kSlots
@@ -94,6 +108,9 @@ struct ExchangeConfig {
     return num_nodes > 1 ? std::size_t{128} << 10 : std::size_t{1} << 20;
   }
   bool per_worker_slots() const { return grad_push() == GradPush::kSlots; }
+  // Whether the PS publishes looked-ahead parameters: ssp/async with SGD with momentum, and
+  // --lookahead auto with more than one worker, or a fixed k.
+  bool lookahead_active(bool momentum_sgd, int num_workers) const;
   void validate() const;  // ConfigError naming the flag
   // What needs the number of workers: backup:B needs B < W. ConfigError naming the flag.
   void validate_for(int num_workers) const;

@@ -74,7 +74,15 @@ class ParameterServer {
   void set_state_ranges(std::vector<std::pair<std::size_t, std::size_t>> ranges) { state_ranges_ = std::move(ranges); }
 
   ShardRange range() const { return range_; }
-  float* params();  // this PS's shard, range().size() elements
+  // This PS's shard of the parameters, range().size() elements: before start() the window's,
+  // which the caller may fill (e.g. from a checkpoint); after it the float32 master copy the
+  // optimizer updates (what checkpoints save).
+  float* params();
+  // What workers pull: params() itself, or the looked-ahead copy under --lookahead
+  // (ExchangeConfig::Lookahead); float32 (under --wire bf16 the bf16 copy is made from it).
+  const float* published();
+  // The number of updates the PS looks ahead (0: it publishes the parameters themselves).
+  double lookahead_updates() const;
   optim::Optimizer& optimizer() { return *optimizer_; }
   std::int64_t global_step() const { return first_step_ + stats_.steps; }
   std::int64_t updates() const { return first_update_ + stats_.steps; }  // applied in all runs
@@ -91,6 +99,9 @@ class ParameterServer {
   void apply_slots(int block, const std::vector<int>& workers, float scale);
   // The optimizer over shard elements [offset, offset + n), or the state rule where they are state.
   void update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale);
+  // --lookahead: published[i] = master[i] - lr * k * momentum[i] for shard elements
+  // [offset, offset + n); `published` points at element offset of the window's copy.
+  void publish_lookahead(std::size_t offset, std::size_t n, float* published);
 
   const comm::Topology& topo_;
   ExchangeConfig config_;
@@ -102,13 +113,17 @@ class ParameterServer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
   std::vector<int> all_workers_;   // 0 .. W-1: the order sync sums the slots in
+  bool lookahead_ = false;         // ExchangeConfig::lookahead_active
+  bool started_ = false;           // start() has run: params() is master_ under --lookahead
+  AlignedBuffer<float> master_;    // --lookahead: the parameters (the window holds the published copy)
   ServerStats stats_;
   SpanSink span_sink_;
   std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
 };
 
 // Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots,
-// (2 + slots) x 4 bytes per element, or (1 + W + slots) x 4 with per-worker gradient slots.
+// (2 + slots) x 4 bytes per element, or (1 + W + slots) x 4 with per-worker gradient slots;
+// 4 more under --lookahead (the master copy next to the published one), 2 more under --wire bf16.
 std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const ExchangeConfig& config,
                             const optim::OptimizerConfig& optimizer);
 
