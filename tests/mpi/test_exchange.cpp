@@ -213,6 +213,17 @@ optim::OptimizerConfig adam() {
   return o;
 }
 
+// A relaxed-mode case on integer gradients with plain SGD at lr 1 (exact in float32 and bf16).
+Case relaxed_integer_case(const SyncMode& mode, Wire wire) {
+  Case c;
+  c.mode = mode;
+  c.push = GradPush::kSlots;
+  c.wire = wire;
+  c.size = 100003;
+  c.integer_grads = true;
+  c.optimizer = plain_sgd_lr1();
+  return c;
+}
 class Exchange : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -281,14 +292,8 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
   if (workers > 1) modes.push_back({SyncKind::kBackup, 1});
   for (const SyncMode& mode : modes)
     for (Wire wire : {Wire::kFp32, Wire::kBf16}) {
-      Case c;
-      c.mode = mode;
-      c.push = GradPush::kSlots;
-      c.wire = wire;
-      c.size = 100003;
-      c.integer_grads = true;
+      Case c = relaxed_integer_case(mode, wire);
       c.same_grads = mode.kind == SyncKind::kBackup;
-      c.optimizer = plain_sgd_lr1();
       c.steps = 6;
       run_exchange(*topo_, c);
       std::string detail;
@@ -319,18 +324,12 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
 // gradients keep every value a short binary fraction, so float32 is exact: with one worker the
 // master equals the float64 reference of momentum SGD and the worker holds that reference's
 // look-ahead; with several (order-dependent sums) the PS's published copy is its master's
-// look-ahead. --lookahead auto looks W - 1 updates ahead until it has measured staleness.
+// look-ahead. Also which configurations --lookahead auto turns on.
 TEST_F(Exchange, LookaheadPublishesAheadOfTheMaster) {
   const int workers = topo_->num_workers();
   for (const SyncMode& mode : {SyncMode{SyncKind::kAsync, 0}, SyncMode{SyncKind::kSsp, 1}})
     for (Wire wire : {Wire::kFp32, Wire::kBf16}) {
-      Case c;
-      c.mode = mode;
-      c.push = GradPush::kSlots;
-      c.wire = wire;
-      c.size = 100003;
-      c.integer_grads = true;
-      c.optimizer = plain_sgd_lr1();
+      Case c = relaxed_integer_case(mode, wire);
       c.optimizer.momentum = 0.5;
       c.lookahead = parse_lookahead("2");
       c.steps = 5;
