@@ -92,8 +92,7 @@ std::string to_string(const Lookahead& lookahead) {
 }
 
 bool ExchangeConfig::lookahead_active(bool momentum_sgd, int num_workers) const {
-  if (mode.kind != SyncKind::kSsp && mode.kind != SyncKind::kAsync) return false;
-  if (!momentum_sgd) return false;
+  if (!mode.per_gradient() || !momentum_sgd) return false;
   return lookahead.kind == Lookahead::Kind::kFixed || (lookahead.kind == Lookahead::Kind::kAuto && num_workers > 1);
 }
 
@@ -125,7 +124,7 @@ void ExchangeConfig::validate() const {
   if (mode.relaxed() && push == GradPush::kOrdered)
     throw ConfigError(str("--sync-mode ", to_string(mode),
                           " pushes into per-worker slots; --grad-push ordered is for --sync-mode sync"));
-  if (lookahead.kind == Lookahead::Kind::kFixed && mode.kind != SyncKind::kSsp && mode.kind != SyncKind::kAsync)
+  if (lookahead.kind == Lookahead::Kind::kFixed && !mode.per_gradient())
     throw ConfigError(str("--lookahead ", to_string(lookahead),
                           " is for --sync-mode ssp:S and async, where a gradient "
                           "is applied after other workers' updates (this run: --sync-mode ",
@@ -134,8 +133,7 @@ void ExchangeConfig::validate() const {
 }
 
 std::string ExchangeConfig::describe(int num_nodes) const {
-  const bool per_gradient = mode.kind == SyncKind::kSsp || mode.kind == SyncKind::kAsync;
-  return str("sync-mode ", to_string(mode), per_gradient ? ", lookahead " + to_string(lookahead) : std::string(),
+  return str("sync-mode ", to_string(mode), mode.per_gradient() ? ", lookahead " + to_string(lookahead) : std::string(),
              ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
              per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire),
              ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),

@@ -229,9 +229,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
 
   bool relaxed() const { return config_.mode.relaxed(); }
   // ssp and async: the PS consumes each worker's slot on its own (no step-wide version to wait for).
-  bool uses_own_slot_only() const {
-    return config_.mode.kind == SyncKind::kSsp || config_.mode.kind == SyncKind::kAsync;
-  }
+  bool uses_own_slot_only() const { return config_.mode.per_gradient(); }
 
   // ssp/async: waits until the PS has consumed this worker's push `pushes` - 1 of the block, so
   // its slot may be written again (after a normal pull, a cache hit: the pull waited for it).

@@ -35,11 +35,6 @@ void sum_in_order(float* sum, std::size_t n, const std::vector<int>& workers, Sl
     for (std::size_t i = 0; i < n; ++i) sum[i] += widen(next[i]);
   }
 }
-
-// SGD with a momentum buffer: what --lookahead extrapolates along.
-bool momentum_sgd(const optim::OptimizerConfig& optimizer) {
-  return optimizer.kind == optim::OptimizerKind::kSgd && optimizer.momentum > 0.0;
-}
 }  // namespace
 
 std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const ExchangeConfig& config,
@@ -47,19 +42,20 @@ std::size_t ps_memory_bytes(std::size_t shard_size, int num_workers, const Excha
   const std::size_t grad_copies = config.per_worker_slots() ? static_cast<std::size_t>(num_workers) : 1;
   const std::size_t wire = config.wire_bytes();
   const std::size_t published_copy = wire == 4 ? 0 : wire;  // the bf16 parameters next to the master
-  const std::size_t lookahead_master = config.lookahead_active(momentum_sgd(optimizer), num_workers) ? 4 : 0;
+  const std::size_t lookahead_master = config.lookahead_active(optimizer.has_momentum_buffer(), num_workers) ? 4 : 0;
   return shard_size * (4 + lookahead_master + published_copy + wire * grad_copies +
                        4 * static_cast<std::size_t>(optimizer.num_slots()));
 }
 
 std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const ExchangeConfig& config,
                                const optim::OptimizerConfig& optimizer) {
-  std::string out = str(
-      "PS memory (params", config.lookahead_active(momentum_sgd(optimizer), num_workers) ? " + their look-ahead" : "",
-      config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
-      config.per_worker_slots() ? str(num_workers, config.wire == Wire::kBf16 ? " bf16" : "", " gradient slots")
-                                : std::string("gradient sum"),
-      " + ", optimizer.num_slots(), " optimizer slot(s)):");
+  std::string out =
+      str("PS memory (params",
+          config.lookahead_active(optimizer.has_momentum_buffer(), num_workers) ? " + their look-ahead" : "",
+          config.wire == Wire::kBf16 ? " + their bf16 copy" : "", " + ",
+          config.per_worker_slots() ? str(num_workers, config.wire == Wire::kBf16 ? " bf16" : "", " gradient slots")
+                                    : std::string("gradient sum"),
+          " + ", optimizer.num_slots(), " optimizer slot(s)):");
   for (int p = 0; p < plan.num_shards(); ++p)
     out += str(" PS ", p, " ",
                human_bytes(static_cast<double>(ps_memory_bytes(plan.shard(p).size(), num_workers, config, optimizer))),
@@ -81,7 +77,7 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
       slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0),
       all_workers_(static_cast<std::size_t>(topo.num_workers())),
-      lookahead_(config.lookahead_active(momentum_sgd(optimizer), topo.num_workers())),
+      lookahead_(config.lookahead_active(optimizer.has_momentum_buffer(), topo.num_workers())),
       master_(lookahead_ ? range_.size() : 0) {
   for (std::size_t w = 0; w < all_workers_.size(); ++w) all_workers_[w] = static_cast<int>(w);
 }

@@ -189,8 +189,7 @@ void TrainConfig::validate() const {
   if (resume == "latest" && checkpoint_dir.empty())
     throw ConfigError("--resume without a file needs --checkpoint-dir DIR (or pass --resume FILE)");
   exchange.validate();
-  if (exchange.lookahead.kind == ps::Lookahead::Kind::kFixed &&
-      !(optimizer.kind == optim::OptimizerKind::kSgd && optimizer.momentum > 0.0))
+  if (exchange.lookahead.kind == ps::Lookahead::Kind::kFixed && !optimizer.has_momentum_buffer())
     throw ConfigError(str("--lookahead ", ps::to_string(exchange.lookahead),
                           " extrapolates along SGD's momentum buffer; it needs --optimizer sgd with --momentum above 0 "
                           "(this run: ",

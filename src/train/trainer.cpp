@@ -288,17 +288,16 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
   if (mode.kind == ps::SyncKind::kBackup)
     out.line(str("sync-mode ", ps::to_string(mode), ": the PS dropped ", fixed(dropped, 1),
                  " steps' worth of late gradients; steps each worker skipped to catch up: ", skipped));
-  if (mode.kind == ps::SyncKind::kSsp || mode.kind == ps::SyncKind::kAsync)
-    out.line(
-        str("sync-mode ", ps::to_string(mode), ": staleness of the applied gradients (updates of a block between ",
-            "a worker's pull and the apply): mean ", fixed(staleness_mean, 2), ", max ", staleness_max,
-            mode.kind == ps::SyncKind::kSsp
-                ? str("; most steps a worker led the slowest: ", max_lead, " (bound ", mode.bound, ")")
-                : std::string(),
-            lookahead > 0.0
-                ? str("; workers computed from parameters looked ahead ", fixed(lookahead, 2),
-                      " updates along the momentum (--lookahead ", ps::to_string(job.config.exchange.lookahead), ")")
-                : str("; no look-ahead (--lookahead ", ps::to_string(job.config.exchange.lookahead), ")")));
+  if (mode.per_gradient())
+    out.line(str("sync-mode ", ps::to_string(mode), ": staleness of the applied gradients (updates of a block between ",
+                 "a worker's pull and the apply): mean ", fixed(staleness_mean, 2), ", max ", staleness_max,
+                 mode.kind == ps::SyncKind::kSsp
+                     ? str("; most steps a worker led the slowest: ", max_lead, " (bound ", mode.bound, ")")
+                     : std::string(),
+                 lookahead > 0.0 ? str("; workers computed from parameters looked ahead ", fixed(lookahead, 2),
+                                       " updates along the momentum")
+                                 : std::string("; no look-ahead"),
+                 " (--lookahead ", ps::to_string(job.config.exchange.lookahead), ")"));
   out.line(str("peak resident memory: ", fixed(worker_rss, 1), " MiB per worker, ", fixed(ps_rss, 1),
                " MiB per PS (the largest); workers waited for data ", fixed(100.0 * data_wait, 2),
                "% of the time (the most)"));
@@ -322,7 +321,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("data_wait_fraction", data_wait)
       .add("sync_mode", ps::to_string(mode));
   if (mode.kind == ps::SyncKind::kBackup) summary.add("dropped_steps", dropped).add("skipped_steps", skipped);
-  if (mode.kind == ps::SyncKind::kSsp || mode.kind == ps::SyncKind::kAsync)
+  if (mode.per_gradient())
     summary.add("staleness_mean", staleness_mean).add("staleness_max", staleness_max).add("lookahead", lookahead);
   if (mode.kind == ps::SyncKind::kSsp) summary.add("max_lead", max_lead);
   if (c.stop_signal) summary.add("stopped_by", signal_name(c.stop_signal));

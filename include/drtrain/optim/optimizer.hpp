@@ -36,6 +36,7 @@ struct OptimizerConfig {
 
   void validate() const;  // ConfigError naming the flag
   int num_slots() const;  // state floats per parameter
+  bool has_momentum_buffer() const { return kind == OptimizerKind::kSgd && momentum > 0.0; }  // SGD's one slot
   std::string describe() const;
 };
 

@@ -62,6 +62,7 @@ struct SyncMode {
   SyncKind kind = SyncKind::kSync;
   int bound = 0;  // backup: B (workers not waited for); ssp: S (steps a worker may lead)
   bool relaxed() const { return kind != SyncKind::kSync; }
+  bool per_gradient() const { return kind == SyncKind::kSsp || kind == SyncKind::kAsync; }  // each gradient alone
   bool operator==(const SyncMode& o) const { return kind == o.kind && bound == o.bound; }
 };
 // "sync", "backup:B", "ssp:S", "async"; ConfigError with the forms otherwise.
