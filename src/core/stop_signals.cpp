@@ -1,10 +1,16 @@
 #include "drtrain/core/stop_signals.hpp"
 
+#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
@@ -13,9 +19,24 @@ namespace drt {
 namespace {
 
 std::atomic<int> g_received{0};
-static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
+std::atomic<std::uint64_t> g_counted{0};
+std::atomic<std::uint64_t> g_chosen{0};  // bit s: signal s is a stop signal now
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<std::uint64_t>::is_always_lock_free,
+              "the signal handler needs lock-free variables");
 
-void on_stop_signal(int signal_number) { g_received.store(signal_number, std::memory_order_relaxed); }
+// The mask bit of a signal (the receivable ones are all below 32).
+std::uint64_t bit(int signal_number) {
+  return signal_number > 0 && signal_number < 64 ? std::uint64_t{1} << signal_number : 0;
+}
+
+void record(int signal_number) {
+  g_received.store(signal_number, std::memory_order_relaxed);
+  g_counted.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Runs wherever the signal lands when it is not blocked there (a program without
+// prepare_stop_signals(), or a thread that existed before it).
+void on_stop_signal(int signal_number) { record(signal_number); }
 
 struct Named {
   const char* name;
@@ -23,6 +44,33 @@ struct Named {
 };
 constexpr Named kSignals[] = {{"TERM", SIGTERM}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"INT", SIGINT},
                               {"HUP", SIGHUP},   {"QUIT", SIGQUIT}, {"XCPU", SIGXCPU}, {"CONT", SIGCONT}};
+
+sigset_t receivable() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const Named& s : kSignals) sigaddset(&set, s.number);
+  return set;
+}
+
+// The receiver thread (prepare_stop_signals): every receivable signal ends up here.
+[[noreturn]] void receive_forever(sigset_t set) {
+  for (;;) {
+    int s = 0;
+    if (sigwait(&set, &s) != 0) continue;
+    if ((g_chosen.load(std::memory_order_relaxed) & bit(s)) != 0) {
+      record(s);
+      continue;
+    }
+    // Not a stop signal now: let it do what it would have done unblocked (its disposition: the
+    // default ends the process for all but CONT), here, where it interrupts no computation.
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, s);
+    pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+    raise(s);  // a signal raised and unblocked is delivered before raise() returns
+    pthread_sigmask(SIG_BLOCK, &one, nullptr);
+  }
+}
 
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -42,22 +90,37 @@ std::vector<int> parse_stop_signals(const std::string& list) {
       if (name == s.name) number = s.number;
     if (name == "KILL") number = SIGKILL;
     if (name == "STOP") number = SIGSTOP;
-    if (number == 0 && !name.empty() && name.find_first_not_of("0123456789") == std::string::npos)
-      number = std::atoi(name.c_str());
+    const bool numeric = !name.empty() && name.find_first_not_of("0123456789") == std::string::npos;
+    if (number == 0 && numeric) number = std::atoi(name.c_str());
     if (number == SIGKILL || number == SIGSTOP)
       throw ConfigError(str("--stop-signals: ", raw,
                             " cannot be caught; choose among TERM, USR1, USR2, INT, HUP, "
                             "QUIT, XCPU, CONT (or none)"));
-    if (number <= 0 || number >= NSIG)
-      throw ConfigError(str("--stop-signals: unknown signal '", raw,
-                            "'; choices: TERM, USR1, USR2, INT, HUP, QUIT, "
-                            "XCPU, CONT, a number, or none"));
+    bool known = false;
+    for (const Named& s : kSignals) known = known || s.number == number;
+    if (!known)
+      throw ConfigError(str("--stop-signals: ", numeric ? "signal " : "unknown signal '", raw, numeric ? "" : "'",
+                            numeric ? " cannot be a stop signal" : "",
+                            "; choices: TERM, USR1, USR2, INT, HUP, QUIT, XCPU, CONT (by name or number), or none"));
     out.push_back(number);
   }
   return out;
 }
 
+void prepare_stop_signals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const sigset_t set = receivable();
+    const int failed = pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    if (failed != 0) throw Error(str("cannot block the stop signals: ", std::strerror(failed)));
+    std::thread(receive_forever, set).detach();
+  });
+}
+
 void install_stop_signals(const std::vector<int>& signals) {
+  std::uint64_t chosen = 0;
+  for (int s : signals) chosen |= bit(s);
+  g_chosen.store(chosen);
   g_received.store(0);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
@@ -65,9 +128,23 @@ void install_stop_signals(const std::vector<int>& signals) {
   action.sa_flags = SA_RESTART;
   for (int s : signals)
     if (sigaction(s, &action, nullptr) != 0) throw Error(str("cannot install a handler for ", signal_name(s)));
+  for (const Named& s : kSignals) {  // chosen before and not now: the default action again
+    struct sigaction now {};
+    if ((chosen & bit(s.number)) == 0 && sigaction(s.number, nullptr, &now) == 0 && now.sa_handler == on_stop_signal)
+      signal(s.number, SIG_DFL);
+  }
 }
 
 int stop_signal_received() { return g_received.load(std::memory_order_relaxed); }
+
+void signal_self_and_wait(int signal_number) {
+  const std::uint64_t before = stop_signals_counted();
+  kill(getpid(), signal_number);
+  for (int i = 0; i < 1000 && stop_signals_counted() == before; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+std::uint64_t stop_signals_counted() { return g_counted.load(std::memory_order_relaxed); }
 
 std::string signal_name(int signal_number) {
   for (const Named& s : kSignals)

@@ -216,8 +216,9 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   server.serve([&](std::int64_t step) {
     comm::Watchdog::beat("PS step");
-    if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);        // hang watchdog tests
-    if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1))) raise(SIGTERM);  // stop signal tests
+    if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
+    if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1)))
+      signal_self_and_wait(SIGTERM);                               // stop signal tests
     if (!job.config.exchange.mode.relaxed()) vote.cast(step - 1);  // `step` steps are done: the vote on the last one
     checkpoints.after_step(step);
   });

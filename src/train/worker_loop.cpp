@@ -279,8 +279,9 @@ class WorkerLoop {
   // split.
   float start_step(const data::WorkerBatch& batch, std::int64_t step) const {
     comm::Watchdog::beat("training step");
-    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);    // tests of the hang watchdog
-    if (test_fault(str("signal:", topo_.world_rank(), ":", step))) raise(SIGTERM);  // tests of stop signals
+    if (test_fault(str("stop:", topo_.world_rank(), ":", step))) raise(SIGSTOP);  // tests of the hang watchdog
+    if (test_fault(str("signal:", topo_.world_rank(), ":", step)))
+      signal_self_and_wait(SIGTERM);  // tests of stop signals
     return static_cast<float>(topo_.num_workers()) / static_cast<float>(batch.global_count);
   }
 

@@ -11,6 +11,7 @@
 
 #include "drtrain/comm/mpi_session.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "support/mpi_test.hpp"
 
 namespace {
@@ -42,6 +43,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  drt::prepare_stop_signals();  // as drtrain does: before MPI starts its threads
   drt::comm::MpiSession session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
   drt::testing::set_program_arguments(argc, argv);

@@ -98,6 +98,7 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(error_of({"--config", "/nonexistent/x.ini"}).find("/nonexistent/x.ini: cannot open"), std::string::npos);
   EXPECT_NE(error_of({"--stop-signals", "TERM,KILL"}).find("KILL cannot be caught"), std::string::npos);
   EXPECT_NE(error_of({"--stop-signals", "TERM,FOO"}).find("unknown signal 'FOO'"), std::string::npos);
+  EXPECT_NE(error_of({"--stop-signals", "11"}).find("signal 11 cannot be a stop signal"), std::string::npos);
   EXPECT_EQ(parse_stop_signals("sigterm, USR1,12"), (std::vector<int>{SIGTERM, SIGUSR1, 12}));
   EXPECT_TRUE(parse_stop_signals("none").empty());
   EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
