@@ -8,7 +8,6 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -112,7 +111,7 @@ void prepare_stop_signals() {
   std::call_once(once, [] {
     const sigset_t set = receivable();
     const int failed = pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    if (failed != 0) throw Error(str("cannot block the stop signals: ", std::strerror(failed)));
+    if (failed != 0) throw Error(str("cannot block the stop signals (pthread_sigmask: error ", failed, ")"));
     std::thread(receive_forever, set).detach();
   });
 }
