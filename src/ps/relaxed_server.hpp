@@ -41,6 +41,9 @@ class RelaxedServer : PassiveBase {
   // and Gets are ordered before the PS's loads and stores that follow (MPI_Win_sync). HangError
   // after --hang-timeout (a worker stopped in the middle of a Get).
   void lock(int block);
+  // Orders the loads that follow after the workers' completed pushes (MPI_Win_sync) without
+  // locking anything: for an apply into memory no worker reads (the look-ahead's master copy).
+  void acquire_pushes() { sync_local_memory(); }
   // Publishes `version` of the block (its version word, under the lock), then unlocks it.
   void publish_and_unlock(int block, std::int64_t version);
   // The PS has consumed push `push` of `worker` for the block: the worker may write its slot again.
