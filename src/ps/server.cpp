@@ -331,8 +331,7 @@ void ParameterServer::publish_block(int block) {
   const ShardLayout& geometry = layout();
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* window_params = window_.local(geometry.params(begin));
-  std::uint16_t* published =
-      config_.wire == Wire::kBf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
+  std::uint16_t* published = config_.wire == Wire::kBf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   comm::ProgressPacer pacer(kProgressEveryBytes);
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
