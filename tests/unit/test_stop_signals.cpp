@@ -70,34 +70,27 @@ TEST(StopSignals, AStormOfStopSignalsDuringOneDnnGemmsLeavesTheHeapAndTheProduct
   EXPECT_EXIT(gemms_under_a_signal_storm(), ::testing::ExitedWithCode(0), "GEMMs, all equal; [0-9]+ signals sent");
 }
 
+// The child of the next two tests: installs each set of stop signals in turn, sends `signal` to
+// the process, and exits 0 if it is still alive 5 s later.
+[[noreturn]] void install_then_send(const std::vector<std::vector<int>>& installs, int signal) {
+  prepare_stop_signals();
+  for (const std::vector<int>& signals : installs) install_stop_signals(signals);
+  kill(getpid(), signal);
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  std::_Exit(0);
+}
+
 // A receivable signal that is not a stop signal of this run keeps its usual effect: USR2's
 // default action ends the process, as it would were it not blocked.
 TEST(StopSignals, OtherSignalsKeepTheirDefaultAction) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        prepare_stop_signals();
-        install_stop_signals({SIGUSR1});
-        kill(getpid(), SIGUSR2);
-        std::this_thread::sleep_for(std::chrono::seconds(5));
-        std::_Exit(0);
-      },
-      ::testing::KilledBySignal(SIGUSR2), "");
+  EXPECT_EXIT(install_then_send({{SIGUSR1}}, SIGUSR2), ::testing::KilledBySignal(SIGUSR2), "");
 }
 
 // A signal chosen by an earlier install and not by the latest one gets its default action back.
 TEST(StopSignals, ReinstallingRestoresTheDefaultOfSignalsNoLongerChosen) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        prepare_stop_signals();
-        install_stop_signals({SIGUSR1, SIGTERM});
-        install_stop_signals({SIGUSR1});
-        kill(getpid(), SIGTERM);
-        std::this_thread::sleep_for(std::chrono::seconds(5));
-        std::_Exit(0);
-      },
-      ::testing::KilledBySignal(SIGTERM), "");
+  EXPECT_EXIT(install_then_send({{SIGUSR1, SIGTERM}, {SIGUSR1}}, SIGTERM), ::testing::KilledBySignal(SIGTERM), "");
 }
 
 // A stop signal is recorded, not fatal, and install forgets one recorded before.
