@@ -28,14 +28,12 @@ std::uint64_t bit(int signal_number) {
   return signal_number > 0 && signal_number < 64 ? std::uint64_t{1} << signal_number : 0;
 }
 
+// Called by the receiver thread, and as the signal handler wherever a signal lands unblocked (a
+// program without prepare_stop_signals(), or a thread that existed before it).
 void record(int signal_number) {
   g_received.store(signal_number, std::memory_order_relaxed);
   g_counted.fetch_add(1, std::memory_order_relaxed);
 }
-
-// Runs wherever the signal lands when it is not blocked there (a program without
-// prepare_stop_signals(), or a thread that existed before it).
-void on_stop_signal(int signal_number) { record(signal_number); }
 
 struct Named {
   const char* name;
@@ -122,14 +120,14 @@ void install_stop_signals(const std::vector<int>& signals) {
   g_chosen.store(chosen);
   g_received.store(0);
   struct sigaction action {};
-  action.sa_handler = on_stop_signal;
+  action.sa_handler = record;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (int s : signals)
     if (sigaction(s, &action, nullptr) != 0) throw Error(str("cannot install a handler for ", signal_name(s)));
   for (const Named& s : kSignals) {  // chosen before and not now: the default action again
     struct sigaction now {};
-    if ((chosen & bit(s.number)) == 0 && sigaction(s.number, nullptr, &now) == 0 && now.sa_handler == on_stop_signal)
+    if ((chosen & bit(s.number)) == 0 && sigaction(s.number, nullptr, &now) == 0 && now.sa_handler == record)
       signal(s.number, SIG_DFL);
   }
 }

@@ -223,7 +223,7 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
       if (outside_lock) relaxed_->acquire_pushes();
       else relaxed_->lock(b);
       if (backup) {
-        apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()), true);
+        apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()));
         version[bi] = stats_.steps + 2;
         stats_.dropped_block_gradients += workers - static_cast<int>(chosen.size());
         stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
@@ -237,16 +237,14 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
           // The schedule follows steps (W gradients); Adam's bias correction counts what its
           // averages have seen, each gradient (a checkpoint's updates count W each).
           optimizer_->begin_step(first_step_ + applied[bi] / workers, first_update_ * workers + applied[bi]);
-          apply_slots(b, {w}, 1.0f / static_cast<float>(workers), !outside_lock);
+          apply_slots(b, {w}, 1.0f / static_cast<float>(workers));
           ++applied[bi];
           ++version[bi];
           if (b == 0) ++stats_.gradients_applied;
         }
       }
-      if (outside_lock) {
-        relaxed_->lock(b);
-        publish_block(b);
-      }
+      if (outside_lock) relaxed_->lock(b);
+      publish_block(b);
       relaxed_->publish_and_unlock(b, version[bi]);
       if (!backup)
         for (int w : chosen) {
@@ -298,13 +296,11 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
   }
 }
 
-void ParameterServer::apply_slots(int block, const std::vector<int>& workers, float scale, bool publish) {
+void ParameterServer::apply_slots(int block, const std::vector<int>& workers, float scale) {
   const ShardLayout& geometry = layout();
   const bool bf16 = config_.wire == Wire::kBf16;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
-  float* window_params = window_.local(geometry.params(begin));
-  float* params = lookahead_ ? master_.data() + begin : window_params;
-  std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
+  float* params = lookahead_ ? master_.data() + begin : window_.local(geometry.params(begin));
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
@@ -320,8 +316,6 @@ void ParameterServer::apply_slots(int block, const std::vector<int>& workers, fl
           [](float x) { return x; });
     else grad = window_.local(geometry.grad(workers.front(), begin)) + b;
     update(begin + b, n, params + b, grad, scale);
-    if (publish && lookahead_) publish_lookahead(begin + b, n, window_params + b);
-    if (publish && published) kernels::ref::float_to_bf16(window_params + b, published + b, n);
     pacer.advance(n * sizeof(float));
   }
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;

@@ -95,10 +95,10 @@ class ParameterServer {
   void apply_block(int block);
   std::int64_t serve_relaxed(const StepHook& after_step);
   // Relaxed modes: the optimizer on block `block` with the slots of `workers` summed in that
-  // order, times `scale`; then, if `publish`, the block's published copies (look-ahead, bf16).
-  void apply_slots(int block, const std::vector<int>& workers, float scale, bool publish);
-  // The published copies of block `block`: the look-ahead of the master, and its bf16 rounding
-  // under --wire bf16.
+  // order, times `scale` (publish_block() then writes what workers read).
+  void apply_slots(int block, const std::vector<int>& workers, float scale);
+  // Relaxed modes, under the block's lock: the published copies of block `block`, the look-ahead
+  // of the master and the bf16 rounding under --wire bf16 (nothing without either).
   void publish_block(int block);
   // The optimizer over shard elements [offset, offset + n), or the state rule where they are state.
   void update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale);
