@@ -128,6 +128,24 @@ void sgd_update(const SgdCoefficients& coefficients, float* __restrict params, c
   for (std::size_t i = 0; i < n; ++i) sgd_update(c, params[i], grad[i], grad_scale, momentum[i]);
 }
 
+void sgd_update_run(const SgdCoefficients* c, const float* const* grads, std::size_t count, float grad_scale,
+                    float* params, float* momentum, std::size_t n) {
+  // Tiles small enough for L1: the updates of a tile run one after the other over it, so memory
+  // sees one pass, and each is sgd_update's vectorised loop.
+  constexpr std::size_t kTile = 512;
+  for (std::size_t at = 0; at < n; at += kTile) {
+    const std::size_t m = std::min(kTile, n - at);
+    for (std::size_t j = 0; j < count; ++j)
+      sgd_update(c[j], params + at, grads[j] + at, grad_scale, momentum ? momentum + at : nullptr, m);
+  }
+}
+
+DRT_SIMD_CLONES
+void subtract_scaled(const float* __restrict x, float a, const float* __restrict y, float* __restrict out,
+                     std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = x[i] - a * y[i];
+}
+
 DRT_SIMD_CLONES
 void adam_update(const AdamCoefficients& coefficients, float* __restrict params, const float* __restrict grad,
                  float grad_scale, float* __restrict exp_avg, float* __restrict exp_avg_sq, std::size_t n) {

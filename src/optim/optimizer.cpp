@@ -57,6 +57,21 @@ void Optimizer::begin_step(std::int64_t step, std::int64_t updates_before) {
   on_begin_step();
 }
 
+void Optimizer::begin_run(const std::vector<StepPoint>& points) {
+  DRT_ASSERT(!points.empty(), "a run of updates has at least one");
+  run_ = points;
+  begin_step(run_.back().step, run_.back().updates_before);
+}
+
+// Without a fused kernel: the updates one after the other, each a pass of its own.
+void Optimizer::update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads,
+                           float grad_scale) {
+  for (std::size_t j = 0; j < run_.size(); ++j) {
+    begin_step(run_[j].step, run_[j].updates_before);
+    update(offset, n, params, grads[j], grad_scale);
+  }
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t shard_size) {
   config.validate();
   if (config.kind == OptimizerKind::kSgd) return std::make_unique<Sgd>(config, shard_size);

@@ -27,4 +27,18 @@ void Sgd::update(std::size_t offset, std::size_t n, float* params, const float* 
                            slots_.empty() ? nullptr : slots_[0].data() + offset, n);
 }
 
+void Sgd::begin_run(const std::vector<StepPoint>& points) {
+  run_coefficients_.clear();
+  for (const StepPoint& point : points) {
+    begin_step(point.step, point.updates_before);
+    run_coefficients_.push_back(coefficients());
+  }
+  Optimizer::begin_run(points);
+}
+
+void Sgd::update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads, float grad_scale) {
+  kernels::ref::sgd_update_run(run_coefficients_.data(), grads, run_coefficients_.size(), grad_scale, params,
+                               slots_.empty() ? nullptr : slots_[0].data() + offset, n);
+}
+
 }  // namespace drt::optim

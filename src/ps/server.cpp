@@ -76,6 +76,9 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       relaxed_(config.mode.relaxed() ? std::make_unique<RelaxedServer>(topo, window_, config) : nullptr),
       optimizer_(optim::make_optimizer(optimizer, range_.size())),
       slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0),
+      widened_(config.mode.relaxed() && config.wire == Wire::kBf16
+                   ? static_cast<std::size_t>(topo.num_workers()) * kApplyBlock
+                   : 0),
       all_workers_(static_cast<std::size_t>(topo.num_workers())),
       lookahead_(config.lookahead_active(optimizer.has_momentum_buffer(), topo.num_workers())),
       master_(lookahead_ ? range_.size() : 0) {
@@ -197,6 +200,7 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
   std::vector<std::int64_t> consumed(static_cast<std::size_t>(workers) * B, 0);  // last push taken, [w][b]
   std::vector<bool> done(B, false);  // backup: block applied for the step being collected
   std::vector<int> chosen;
+  std::vector<optim::StepPoint> points;  // ssp/async: the updates of the chosen gradients
   if (backup) optimizer_->begin_step(global_step(), updates());
   else optimizer_->set_step_fraction(1.0 / workers);  // W gradients applied make one step
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
@@ -229,6 +233,7 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
         stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
         done[bi] = true;
       } else {
+        points.clear();
         for (int w : chosen) {
           const std::int64_t stale = version[bi] - relaxed_->base(words, w, b);
           stats_.staleness_max = std::max(stats_.staleness_max, stale);
@@ -236,12 +241,13 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
           ++stats_.staleness_count;
           // The schedule follows steps (W gradients); Adam's bias correction counts what its
           // averages have seen, each gradient (a checkpoint's updates count W each).
-          optimizer_->begin_step(first_step_ + applied[bi] / workers, first_update_ * workers + applied[bi]);
-          apply_slots(b, {w}, 1.0f / static_cast<float>(workers));
+          points.push_back({first_step_ + applied[bi] / workers, first_update_ * workers + applied[bi]});
           ++applied[bi];
           ++version[bi];
           if (b == 0) ++stats_.gradients_applied;
         }
+        // Each gradient its own update, in worker order, in one pass over the block.
+        apply_each(b, chosen, points, 1.0f / static_cast<float>(workers));
       }
       if (outside_lock) relaxed_->lock(b);
       publish_block(b);
@@ -321,6 +327,34 @@ void ParameterServer::apply_slots(int block, const std::vector<int>& workers, fl
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
 }
 
+void ParameterServer::apply_each(int block, const std::vector<int>& workers,
+                                 const std::vector<optim::StepPoint>& points, float scale) {
+  const ShardLayout& geometry = layout();
+  const bool bf16 = config_.wire == Wire::kBf16;
+  const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
+  float* params = lookahead_ ? master_.data() + begin : window_.local(geometry.params(begin));
+  optimizer_->begin_run(points);
+  std::vector<const float*> grads(workers.size());
+  const std::size_t progress_before = comm::progress_calls();
+  comm::ProgressPacer pacer(kProgressEveryBytes);
+  for (std::size_t b = 0; b < size; b += kApplyBlock) {
+    const std::size_t n = std::min(kApplyBlock, size - b);
+    for (std::size_t j = 0; j < workers.size(); ++j) {
+      const int w = workers[j];
+      if (!bf16) {
+        grads[j] = window_.local(geometry.grad(w, begin)) + b;
+        continue;
+      }
+      float* wide = widened_.data() + j * kApplyBlock;
+      kernels::ref::bf16_to_float(window_.local_bf16(geometry.grad(w, begin)) + b, wide, n);
+      grads[j] = wide;
+    }
+    update_run(begin + b, n, params + b, grads.data(), grads.size(), scale);
+    pacer.advance(n * sizeof(float));
+  }
+  stats_.apply_progress_calls += comm::progress_calls() - progress_before;
+}
+
 void ParameterServer::publish_block(int block) {
   const ShardLayout& geometry = layout();
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
@@ -335,18 +369,44 @@ void ParameterServer::publish_block(int block) {
   }
 }
 
-void ParameterServer::update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale) {
+template <typename Optimize, typename State>
+void ParameterServer::for_each_part(std::size_t offset, std::size_t n, const Optimize& optimize,
+                                    const State& state) const {
   std::size_t done = 0;                             // elements [0, done) handled
   const std::size_t first = range_.begin + offset;  // global index of element 0
   for (const auto& [state_begin, state_end] : state_ranges_) {
     if (state_end <= first + done) continue;
     if (state_begin >= first + n) break;
     const std::size_t lo = std::max(state_begin, first + done) - first, hi = std::min(state_end, first + n) - first;
-    if (lo > done) optimizer_->update(offset + done, lo - done, params + done, grad + done, scale);
-    for (std::size_t i = lo; i < hi; ++i) params[i] += grad[i] * scale;  // the mean of the workers' state updates
+    if (lo > done) optimize(done, lo);
+    state(lo, hi);
     done = hi;
   }
-  if (done < n) optimizer_->update(offset + done, n - done, params + done, grad + done, scale);
+  if (done < n) optimize(done, n);
+}
+
+void ParameterServer::update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale) {
+  for_each_part(
+      offset, n,
+      [&](std::size_t lo, std::size_t hi) { optimizer_->update(offset + lo, hi - lo, params + lo, grad + lo, scale); },
+      [&](std::size_t lo, std::size_t hi) {  // the mean of the workers' state updates
+        for (std::size_t i = lo; i < hi; ++i) params[i] += grad[i] * scale;
+      });
+}
+
+void ParameterServer::update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads,
+                                 std::size_t count, float scale) {
+  std::vector<const float*> part(count);
+  for_each_part(
+      offset, n,
+      [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t j = 0; j < count; ++j) part[j] = grads[j] + lo;
+        optimizer_->update_run(offset + lo, hi - lo, params + lo, part.data(), scale);
+      },
+      [&](std::size_t lo, std::size_t hi) {  // each worker's state update in turn
+        for (std::size_t j = 0; j < count; ++j)
+          for (std::size_t i = lo; i < hi; ++i) params[i] += grads[j][i] * scale;
+      });
 }
 
 void ParameterServer::publish_lookahead(std::size_t offset, std::size_t n, float* published) {
@@ -355,7 +415,7 @@ void ParameterServer::publish_lookahead(std::size_t offset, std::size_t n, float
   const float* momentum = optimizer_->slot(0).data() + offset;
   // State elements (state_ranges_) keep a zero momentum (the optimizer never runs on them), so
   // they are published as they are.
-  for (std::size_t i = 0; i < n; ++i) published[i] = master[i] - ahead * momentum[i];
+  kernels::ref::subtract_scaled(master, ahead, momentum, published, n);
 }
 
 std::size_t ParameterServer::memory_bytes() const {

@@ -463,6 +463,30 @@ TEST(KernelReference, ArrayLoopsEqualTheirPerElementRulesBitwise) {
   for (std::size_t i = 0; i < n; ++i) adam_update(c, p_rule[i], g[i], grad_scale, m_rule[i], v_rule[i]);
   EXPECT_EQ(bits_of(p), bits_of(p_rule)) << "adam";
   EXPECT_EQ(bits_of(v), bits_of(v_rule)) << "adam second moment";
+  // A run of SGD updates with their own coefficients, in one pass (tiles of 512 and a tail),
+  // equals one array update after another.
+  for (float momentum : {0.0f, 0.97f}) {
+    std::vector<SgdCoefficients> run(3);
+    std::vector<std::vector<float>> grads;
+    std::vector<const float*> pointers;
+    for (std::size_t j = 0; j < run.size(); ++j) {
+      run[j].lr = 0.05f + 0.01f * static_cast<float>(j), run[j].weight_decay = 0.0005f, run[j].momentum = momentum;
+      run[j].nesterov = j != 1;
+      grads.emplace_back(n);
+      for (float& x : grads.back()) x = dist(rng);
+      pointers.push_back(grads.back().data());
+    }
+    std::vector<float> p_run = p0, m_run = m0, p_seq = p0, m_seq = m0;
+    ref::sgd_update_run(run.data(), pointers.data(), run.size(), grad_scale, p_run.data(), m_run.data(), n);
+    for (std::size_t j = 0; j < run.size(); ++j)
+      ref::sgd_update(run[j], p_seq.data(), pointers[j], grad_scale, m_seq.data(), n);
+    EXPECT_EQ(bits_of(p_run), bits_of(p_seq)) << "sgd run, momentum " << momentum;
+    EXPECT_EQ(bits_of(m_run), bits_of(m_seq)) << "sgd run's momentum, momentum " << momentum;
+    EXPECT_NE(bits_of(p_run), bits_of(p0));
+  }
+  std::vector<float> ahead(n);
+  ref::subtract_scaled(p0.data(), 0.3f, m0.data(), ahead.data(), n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(ahead[i], p0[i] - 0.3f * m0[i]) << "subtract_scaled " << i;
   std::vector<float> y = m0, y_rule = m0;
   ref::axpby(0.3f, g.data(), -1.7f, y.data(), n);
   for (std::size_t i = 0; i < n; ++i) y_rule[i] = 0.3f * g[i] + -1.7f * y_rule[i];

@@ -103,6 +103,66 @@ TEST(Optimizer, BlockwiseUpdateEqualsWholeShard) {
   }
 }
 
+// A run of updates (several workers' gradients applied one after the other, --sync-mode
+// ssp/async) equals begin_step + update per gradient, bitwise, whatever the optimizer (SGD's
+// fused one-pass kernel, Adam's update after update), with blocks in any order; the points
+// differ in step (the schedule's rate) and in updates (Adam's bias correction), and the
+// optimizer ends at the last one.
+TEST(Optimizer, RunOfUpdatesEqualsOneUpdateAfterAnother) {
+  struct Kind {
+    OptimizerKind kind;
+    double momentum;
+    bool nesterov;
+  };
+  for (const Kind& k : {Kind{OptimizerKind::kSgd, 0.9, true}, Kind{OptimizerKind::kSgd, 0.97, false},
+                        Kind{OptimizerKind::kSgd, 0.0, false}, Kind{OptimizerKind::kAdam, 0.0, false},
+                        Kind{OptimizerKind::kAdamW, 0.0, false}}) {
+    OptimizerConfig config;
+    config.kind = k.kind;
+    config.momentum = k.momentum;
+    config.nesterov = k.nesterov;
+    config.weight_decay = 0.01;
+    config.schedule.kind = LrScheduleKind::kCosine;
+    config.schedule.total_steps = 20;
+    auto one_by_one = make_optimizer(config, kSize), run = make_optimizer(config, kSize);
+    one_by_one->set_step_fraction(0.25);
+    run->set_step_fraction(0.25);
+    std::vector<float> a = random_floats(kSize, 4, 1.0f), b = a;
+    std::int64_t update = 0;
+    for (int round = 0; round < 4; ++round) {
+      std::vector<std::vector<float>> grads;
+      std::vector<const float*> pointers;
+      std::vector<StepPoint> points;
+      for (int j = 0; j <= round; ++j) {  // runs of 1 to 4 gradients, across step boundaries
+        grads.push_back(random_floats(kSize, 60 + static_cast<std::uint64_t>(update), 1.0f));
+        points.push_back({update / 4, update});
+        ++update;
+      }
+      pointers.reserve(grads.size());
+      for (const auto& g : grads) pointers.push_back(g.data());
+      for (std::size_t j = 0; j < points.size(); ++j) {
+        one_by_one->begin_step(points[j].step, points[j].updates_before);
+        one_by_one->update(0, kSize, a.data(), grads[j].data(), 0.25f);
+      }
+      run->begin_run(points);
+      const std::size_t cuts[] = {0, 3, 700, kSize};
+      for (int c = 2; c >= 0; --c) {
+        std::vector<const float*> part(pointers.size());
+        for (std::size_t j = 0; j < pointers.size(); ++j) part[j] = pointers[j] + cuts[c];
+        run->update_run(cuts[c], cuts[c + 1] - cuts[c], b.data() + cuts[c], part.data(), 0.25f);
+      }
+      ASSERT_EQ(a, b) << to_string(k.kind) << " momentum " << k.momentum << ", run of " << points.size();
+      EXPECT_EQ(run->current_step(), points.back().step);
+      EXPECT_EQ(run->updates_before(), points.back().updates_before);
+      EXPECT_EQ(run->current_lr(), one_by_one->current_lr());
+      for (std::size_t slot = 0; slot < run->slot_names().size(); ++slot)
+        for (std::size_t i = 0; i < kSize; ++i)
+          ASSERT_EQ(run->slot(slot)[i], one_by_one->slot(slot)[i]) << run->slot_names()[slot] << " " << i;
+    }
+    EXPECT_NE(a, random_floats(kSize, 4, 1.0f));  // the parameters moved
+  }
+}
+
 // After a resume at another --batch-size the step (position in the data) and the number of
 // updates applied differ: the learning rate follows the step, Adam's bias correction the updates.
 TEST(Optimizer, AdamBiasCorrectionCountsUpdatesAndTheScheduleCountsSteps) {

@@ -45,6 +45,13 @@ void sgd_update(const SgdCoefficients& c, float* params, const float* grad, floa
                 std::size_t n);
 void adam_update(const AdamCoefficients& c, float* params, const float* grad, float grad_scale, float* exp_avg,
                  float* exp_avg_sq, std::size_t n);
+// `count` SGD updates in a row on the same elements, update j with coefficients c[j] and
+// gradient grads[j] * grad_scale: bitwise what `count` calls of sgd_update give, in one pass over
+// params and momentum (a PS with several workers' gradients pending, --sync-mode ssp/async).
+void sgd_update_run(const SgdCoefficients* c, const float* const* grads, std::size_t count, float grad_scale,
+                    float* params, float* momentum, std::size_t n);
+// out[i] = x[i] - a * y[i] (the PS's look-ahead: parameters ahead along the momentum).
+void subtract_scaled(const float* x, float a, const float* y, float* out, std::size_t n);
 
 void float_to_bf16(const float* x, std::uint16_t* y, std::size_t n);
 void bf16_to_float(const std::uint16_t* x, float* y, std::size_t n);

@@ -40,6 +40,12 @@ struct OptimizerConfig {
   std::string describe() const;
 };
 
+// One update of a run (Optimizer::begin_run): begin_step()'s arguments.
+struct StepPoint {
+  std::int64_t step = 0;
+  std::int64_t updates_before = -1;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -54,6 +60,16 @@ class Optimizer {
   // that of shard element offset + i. Must follow begin_step(); blocks of one step may come in
   // any order, each element once.
   virtual void update(std::size_t offset, std::size_t n, float* params, const float* grad, float grad_scale) = 0;
+
+  // Several updates in a row on the same elements (--sync-mode ssp/async: several workers'
+  // gradients pending at once). After begin_run(points), update_run() applies grads[j] *
+  // grad_scale as update j, at points[j], for j = 0, 1, ... in turn: bitwise what begin_step()
+  // and update() for each would give, in one pass over the parameters and the state where the
+  // optimizer has a fused kernel (SGD). Blocks of a run may come in any order, each element once;
+  // the optimizer stands at the last point afterwards (current_lr() is its rate).
+  virtual void begin_run(const std::vector<StepPoint>& points);
+  virtual void update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads,
+                          float grad_scale);
 
   // Each update() from now on is `fraction` of an optimizer step (0 < fraction <= 1; default 1):
   // it carries that fraction of the weight decay and, for Adam, of the step size (the gradient's
@@ -80,7 +96,8 @@ class Optimizer {
   std::int64_t step_ = -1;
   std::int64_t updates_ = -1;  // updates applied before the current step
   double lr_ = 0.0;
-  double fraction_ = 1.0;  // set_step_fraction()
+  double fraction_ = 1.0;       // set_step_fraction()
+  std::vector<StepPoint> run_;  // begin_run()
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, std::size_t shard_size);

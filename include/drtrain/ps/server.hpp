@@ -94,14 +94,25 @@ class ParameterServer {
   const ShardLayout& layout() const;
   void apply_block(int block);
   std::int64_t serve_relaxed(const StepHook& after_step);
-  // Relaxed modes: the optimizer on block `block` with the slots of `workers` summed in that
-  // order, times `scale` (publish_block() then writes what workers read).
+  // backup:B: the optimizer on block `block` with the slots of `workers` summed in that order,
+  // times `scale` (publish_block() then writes what workers read).
   void apply_slots(int block, const std::vector<int>& workers, float scale);
+  // ssp/async: the pushes of `workers` applied to block `block` one after the other, that of
+  // workers[j] as the optimizer's update points[j], each times `scale`, in one pass over the
+  // block (Optimizer::update_run); bitwise the same as one apply_slots() per worker.
+  void apply_each(int block, const std::vector<int>& workers, const std::vector<optim::StepPoint>& points, float scale);
   // Relaxed modes, under the block's lock: the published copies of block `block`, the look-ahead
   // of the master and the bf16 rounding under --wire bf16 (nothing without either).
   void publish_block(int block);
+  // Splits shard elements [offset, offset + n) into the optimizer's and the state's
+  // (state_ranges_): optimize(lo, hi) or state(lo, hi) for each part, [lo, hi) relative to offset.
+  template <typename Optimize, typename State>
+  void for_each_part(std::size_t offset, std::size_t n, const Optimize& optimize, const State& state) const;
   // The optimizer over shard elements [offset, offset + n), or the state rule where they are state.
   void update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale);
+  // The same for a run of gradients grads[0 .. count) (Optimizer::update_run).
+  void update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads, std::size_t count,
+                  float scale);
   // --lookahead: published[i] = master[i] - lr * k * momentum[i] for shard elements
   // [offset, offset + n); `published` points at element offset of the window's copy.
   void publish_lookahead(std::size_t offset, std::size_t n, float* published);
@@ -115,6 +126,7 @@ class ParameterServer {
   std::unique_ptr<RelaxedServer> relaxed_;    // --sync-mode backup/ssp/async
   std::unique_ptr<optim::Optimizer> optimizer_;
   AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
+  AlignedBuffer<float> widened_;   // --wire bf16, ssp/async: one block of each worker's slot as float32
   std::vector<int> all_workers_;   // 0 .. W-1: the order sync sums the slots in
   bool lookahead_ = false;         // ExchangeConfig::lookahead_active
   bool started_ = false;           // start() has run: params() is master_ under --lookahead
