@@ -53,17 +53,22 @@ std::vector<std::int64_t> count_classes(const std::string& file, const std::stri
   io::H5Id space(DRT_H5_CHECK(H5Dget_space(s.labels), "H5Dget_space"));
   constexpr std::int64_t kBlock = 1 << 20;
   std::vector<std::int64_t> labels(static_cast<std::size_t>(std::min(count, kBlock)));
+  // uint64 labels are read as such: converted to int64, those above 2^63 - 1 would be clamped.
+  io::H5Id file_type(DRT_H5_CHECK(H5Dget_type(s.labels), "H5Dget_type"));
+  const bool uint64 = H5Tget_size(file_type) == 8 && H5Tget_sign(file_type) == H5T_SGN_NONE;
   for (std::int64_t first = 0; first < count; first += kBlock) {
     const hsize_t start = static_cast<hsize_t>(first), n = static_cast<hsize_t>(std::min(kBlock, count - first));
     DRT_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab");
     io::H5Id memory(DRT_H5_CHECK(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"));
-    if (H5Dread(s.labels, H5T_NATIVE_INT64, memory, space, H5P_DEFAULT, labels.data()) < 0)
+    if (H5Dread(s.labels, uint64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, memory, space, H5P_DEFAULT, labels.data()) < 0)
       h5::fail(file, "/" + split + "/labels",
                str("cannot read labels ", first, "..", first + static_cast<std::int64_t>(n) - 1, ": ",
                    io::hdf5_error_stack(), "; the file is damaged: copy or convert it again"));
     for (hsize_t i = 0; i < n; ++i) {
       const std::int64_t label = labels[i];
-      if (label < 0 || label >= classes) h5::fail_label(s.header, first + static_cast<std::int64_t>(i), label);
+      if (label < 0 || label >= classes)
+        h5::fail_label(s.header, first + static_cast<std::int64_t>(i),
+                       uint64 ? std::to_string(static_cast<std::uint64_t>(label)) : std::to_string(label));
       ++counts[static_cast<std::size_t>(label)];
     }
   }

@@ -111,7 +111,7 @@ class Hdf5Source final : public SampleSource {
           convert_sample(reinterpret_cast<const float*>(run_.data()) + offset * floats, dst, split_.header.layout,
                          static_cast<std::size_t>(info_.channels), floats / static_cast<std::size_t>(info_.channels));
         const std::int64_t label = run_label(offset);
-        if (label < 0 || label >= info_.classes) h5::fail_label(split_.header, index, label);
+        if (label < 0 || label >= info_.classes) h5::fail_label(split_.header, index, label_text(offset));
         labels[position] = static_cast<std::int32_t>(label);
       }
       i = j;
@@ -172,6 +172,13 @@ class Hdf5Source final : public SampleSource {
       }
     }
     return "";
+  }
+
+  // Label `offset` of the run as the file holds it, for an error message.
+  std::string label_text(std::size_t offset) const {
+    if (label_bytes_ == 8 && !label_signed_)
+      return std::to_string(load<std::uint64_t>(run_labels_.data() + offset * label_bytes_));
+    return std::to_string(run_label(offset));
   }
 
   // Label `offset` of the run, widened to int64 (a uint64 above 2^63 - 1 becomes negative and

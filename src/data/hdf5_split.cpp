@@ -199,6 +199,10 @@ void fail(const std::string& file, const std::string& object, const std::string&
 }
 
 void fail_label(const SplitHeader& header, std::int64_t sample, std::int64_t label) {
+  fail_label(header, sample, std::to_string(label));
+}
+
+void fail_label(const SplitHeader& header, std::int64_t sample, const std::string& label) {
   fail(header.file, "/" + header.split + "/labels",
        str("sample ", sample, " has label ", label, ", outside [0, ", header.classes,
            ") (root attribute classes = ", header.classes, "); fix the label or the attribute"));

@@ -22,6 +22,8 @@ std::recursive_mutex& hdf5_mutex();
 
 // A label outside [0, classes): names the file, the split, the sample and the value.
 [[noreturn]] void fail_label(const SplitHeader& header, std::int64_t sample, std::int64_t label);
+// The same for a label given as text (a uint64 above 2^63 - 1, which int64 cannot show).
+[[noreturn]] void fail_label(const SplitHeader& header, std::int64_t sample, const std::string& label);
 
 // An open data-set file whose root attributes have been checked.
 struct DataFile {

@@ -545,6 +545,22 @@ TEST_F(TempDir, LabelOutOfRangeNamesTheSampleAndValue) {
   EXPECT_CONTAINS(config_error_of([&] { source->read({9}, images.data(), labels.data()); }),
                   "/train/labels: sample 9 has label -1, outside [0, 10)");
   EXPECT_CONTAINS(config_error_of([&] { count_classes(path("l.h5"), "train"); }), "sample 3 has label 10");
+
+  // A uint64 label above 2^63 - 1 is named as the file holds it, not as a negative int64.
+  RawFile u;
+  u.label_type = H5T_STD_U64LE;
+  write_raw(path("u.h5"), u);
+  {
+    H5Id file(H5Fopen(path("u.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+    H5Id dataset(H5Dopen2(file, "/train/labels", H5P_DEFAULT));
+    std::vector<std::uint64_t> values = {0, 1, 2, 3, 4, 5, 6, 7, (std::uint64_t{1} << 63) + 5, 9};
+    ASSERT_GE(H5Dwrite(dataset, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  }
+  auto big = open_hdf5_source(path("u.h5"), "train");
+  EXPECT_CONTAINS(config_error_of([&] { big->read({8}, images.data(), labels.data()); }),
+                  "/train/labels: sample 8 has label 9223372036854775813, outside [0, 10)");
+  EXPECT_CONTAINS(config_error_of([&] { count_classes(path("u.h5"), "train"); }),
+                  "sample 8 has label 9223372036854775813");
 }
 
 TEST_F(TempDir, MissingNotHdf5TruncatedAndMissingSplit) {
