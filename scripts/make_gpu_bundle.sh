@@ -25,7 +25,7 @@
 #   --keep DIR          also leave the unpacked staging folder in DIR/drtrain-gpu
 #
 # Layout of the tarball (top folder drtrain-gpu/):
-#   bin/      drtrain, drtrain-ckpt, drt_bench_kernels, drt_bench_layers (those that were built),
+#   bin/      drtrain, drtrain-ckpt, drtrain-data, drt_bench_kernels, drt_bench_layers (those built),
 #             orterun (mpirun, mpiexec: links to it), orted, ompi_info, pmix_info
 #   tests/    drt_gpu_tests (if built)
 #   lib/      every non-glibc, non-CUDA shared library the above and the plugins need
@@ -203,6 +203,7 @@ copy_program() {  # name dest-subfolder required(0/1)
 say "programs from $BUILD:"
 copy_program drtrain bin 1
 copy_program drtrain-ckpt bin 0
+copy_program drtrain-data bin 0
 copy_program drt_bench_kernels bin 0
 copy_program drt_bench_layers bin 0
 copy_program drt_gpu_tests tests 0
