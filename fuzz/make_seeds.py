@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the seed corpora of fuzz/corpus/idx and fuzz/corpus/config (input layouts: fuzz/README.md).
+"""Writes the seed corpora of fuzz/corpus/idx, fuzz/corpus/npy and fuzz/corpus/config (input layouts: fuzz/README.md).
 
 usage: fuzz/make_seeds.py [FUZZ_DIR]   (default: the directory of this script)
 The checkpoint seeds come from make_checkpoint_seeds (a C++ program built with the fuzzers).
@@ -44,6 +44,32 @@ write("idx", "swapped_files", idx_input(idx_labels(1), idx_images(1, 1, 1)))
 write("idx", "count_mismatch", idx_input(idx_images(2, 1, 1), idx_labels(3)))
 write("idx", "label_too_big", idx_input(idx_images(2, 1, 1), idx_labels(2, bytes([1, 10]))))
 write("idx", "huge_header", idx_input(idx_images(100000000, 4096, 4096, b""), idx_labels(100000000, b"")))
+
+# .npy: the bytes of the file (format 1.0 unless named; the header padded with spaces to a
+# multiple of 64 bytes and ended by a newline, as numpy writes it).
+def npy(descr, shape, body, fortran=False, version=1, header=None):
+    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+    text = header if header is not None else (
+        "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (descr, "True" if fortran else "False", dims))
+    prefix = 10 if version == 1 else 12
+    text += " " * ((64 - (prefix + len(text) + 1) % 64) % 64) + "\n"
+    size = struct.pack("<H", len(text)) if version == 1 else struct.pack("<I", len(text))
+    return b"\x93NUMPY" + bytes([version, 0]) + size + text.encode("latin-1") + body
+
+
+write("npy", "images_u1", npy("|u1", (3, 2, 2), bytes(range(12))))
+write("npy", "images_f4", npy("<f4", (2, 1, 2, 2), struct.pack("<8f", *[i / 8 for i in range(8)])))
+write("npy", "labels_i8", npy("<i8", (4,), struct.pack("<4q", 0, 9, 3, -1)))
+write("npy", "labels_u8_big", npy("<u8", (2,), struct.pack("<2Q", 1, 2**63 + 5)))
+write("npy", "labels_u2_v2", npy("<u2", (3,), struct.pack("<3H", 1, 2, 65535), version=2))
+write("npy", "bool_v3", npy("|b1", (2, 3), bytes([0, 1, 1, 0, 1, 0]), version=3))
+write("npy", "scalar", npy("<f8", (), struct.pack("<d", 1.5)))
+write("npy", "empty_rows", npy("<f4", (0, 28, 28), b""))
+write("npy", "fortran", npy("<f4", (2, 2), struct.pack("<4f", 1, 2, 3, 4), fortran=True))
+write("npy", "big_endian", npy(">i4", (2,), struct.pack(">2i", 1, 2)))
+write("npy", "cut_short", npy("<f4", (4, 4), bytes(30)))
+write("npy", "shape_overflow", npy("<f8", (2**40, 2**40), b""))
+write("npy", "bad_dict", npy("", (), b"", header="{'descr': '<f4', 'shape': (1,), 'extra': 1}"))
 
 # Config: argv tokens one per line, optionally "%%" and an INI file passed as --config.
 write("config", "empty", "")
