@@ -4,6 +4,8 @@
 // --sync-mode sync) and relaxed_server.cpp (the PS under backup/ssp/async) build on it.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +45,18 @@ class PassiveBase {
     comm::sleepy_barrier(topo_.world(), config_.hang_timeout_s, config_.max_nap_us,
                          "the initial parameters to reach every PS");
     if (topo_.is_ps()) sync_local_memory();
+  }
+
+  // The relaxed modes' stop (docs/ARCHITECTURE.md, "Stopping on a signal"), PS 0's words: a
+  // rank that received stop signal `signal` raises the request to it (MPI_MAX); stop_words()
+  // reads {stop_request, stop_at}.
+  void request_stop_at_ps0(int signal) {
+    control_.update(0, {{window_.layout(0).stop_request_word(), MPI_MAX, signal}});
+  }
+  std::array<std::int64_t, 2> stop_words() {
+    std::array<std::int64_t, 2> words{};
+    control_.read(0, window_.layout(0).stop_request_word(), 2, words.data());
+    return words;
   }
 
   // Orders this PS's loads and stores of window memory against the peers' RMA (unified model).

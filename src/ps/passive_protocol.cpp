@@ -160,6 +160,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     release_read_locks();
   }
 
+  void request_stop(int signal) override { request_stop_at_ps0(signal); }
+  std::array<std::int64_t, 2> stop_words() override { return PassiveBase::stop_words(); }
   std::int64_t pulled_version() const override { return pulled_min_version_; }
   std::int64_t max_lead() const override { return max_lead_; }
 

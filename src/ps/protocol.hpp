@@ -15,6 +15,7 @@
 //            { push(chunks)... finish_push(t+1)  pull(chunks)... complete_pull() }*  depart()
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -84,6 +85,10 @@ class WorkerProtocol {
   virtual std::int64_t pulled_version() const { return 0; }
   // ssp: the most steps this worker has been ahead of the slowest one when it pushed.
   virtual std::int64_t max_lead() const { return 0; }
+  // Relaxed modes (passive only): raises PS 0's stop request to `signal`; reads {the request,
+  // the step of this run every worker stops before (0: not decided yet)}.
+  virtual void request_stop(int signal) = 0;
+  virtual std::array<std::int64_t, 2> stop_words() = 0;
 
   // Seconds spent waiting for the PS (publication, a predecessor, the pull fence) since the
   // last call.

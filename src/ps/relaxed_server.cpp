@@ -15,7 +15,7 @@ RelaxedServer::RelaxedServer(const comm::Topology& topo, ShardWindow& window, co
 void RelaxedServer::start() { start_sequence({}); }
 
 void RelaxedServer::read(std::vector<std::int64_t>& words) {
-  words.resize(1 + 2 * static_cast<std::size_t>(workers_) * blocks_);
+  words.resize(kTables + 2 * static_cast<std::size_t>(workers_) * blocks_);
   const int me = topo_.role_index();
   control_.read(me, window_.layout(me).departed_word(), static_cast<int>(words.size()), words.data());
 }
@@ -46,6 +46,11 @@ void RelaxedServer::publish_and_unlock(int block, std::int64_t version) {
   const ShardLayout& layout = window_.layout(me);
   control_.write(me, layout.version_word(block), version);
   control_.write(me, layout.writing_word(block), 0);
+}
+
+void RelaxedServer::set_stop_at(std::int64_t step) {
+  DRT_ASSERT(topo_.role_index() == 0, "only PS 0 decides where the workers stop");
+  control_.write(0, window_.layout(0).stop_at_word(), step);
 }
 
 void RelaxedServer::take(int worker, int block, std::int64_t push) {

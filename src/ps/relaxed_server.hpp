@@ -2,7 +2,8 @@
 // async) over --rma-sync passive; ParameterServer::serve_relaxed() decides what to apply, this
 // class reads and writes the words that say it (shard_window.hpp). Workers always Put into
 // their own slots; the PS
-//   reads   departed | pushed[W][B] | base[W][B] in one atomic read per poll,
+//   reads   departed | stop_request | stop_at | pushed[W][B] | base[W][B] in one atomic read per
+//           poll,
 //   locks   block b for writing around its apply: writing[b] = 1, then waits until readers[b]
 //           is 0 (workers add 1 to readers[b] while their Gets of b are in flight, and back off
 //           when they see writing[b] = 1),
@@ -26,16 +27,23 @@ class RelaxedServer : PassiveBase {
   // Collective with the workers' start(); then the PS publishes version 1 of every block.
   void start();
 
-  // What the workers announced: words[0] = departed, then pushed[w][b] at 1 + w*B + b, then
-  // base[w][b] at 1 + W*B + w*B + b.
+  // What the workers announced: words[0] = departed, words[1] = stop_request, words[2] =
+  // stop_at (both meaningful on PS 0 only), then pushed[w][b] at 3 + w*B + b, then base[w][b]
+  // at 3 + W*B + w*B + b.
   void read(std::vector<std::int64_t>& words);
   std::int64_t pushed(const std::vector<std::int64_t>& words, int worker, int block) const {
-    return words[1 + static_cast<std::size_t>(worker) * blocks_ + static_cast<std::size_t>(block)];
+    return words[kTables + static_cast<std::size_t>(worker) * blocks_ + static_cast<std::size_t>(block)];
   }
   std::int64_t base(const std::vector<std::int64_t>& words, int worker, int block) const {
-    return words[1 + (static_cast<std::size_t>(workers_) + static_cast<std::size_t>(worker)) * blocks_ +
+    return words[kTables + (static_cast<std::size_t>(workers_) + static_cast<std::size_t>(worker)) * blocks_ +
                  static_cast<std::size_t>(block)];
   }
+
+  // Stopping on a signal (docs/ARCHITECTURE.md): any PS raises PS 0's request; PS 0 sets the
+  // step of this run every worker stops before; the request as PS 0 holds it.
+  void request_stop(int signal) { request_stop_at_ps0(signal); }
+  void set_stop_at(std::int64_t step);
+  std::int64_t stop_request() { return stop_words()[0]; }
 
   // Waits until no worker reads block `block`, then holds it for writing; the completed pushes
   // and Gets are ordered before the PS's loads and stores that follow (MPI_Win_sync). HangError
@@ -55,6 +63,7 @@ class RelaxedServer : PassiveBase {
   HangError hang(const std::vector<int>& missing, double waited, const std::string& what) const;
 
  private:
+  static constexpr std::size_t kTables = 3;  // read()'s words before pushed[W][B]
   std::size_t blocks_;
   int workers_;
 };

@@ -8,6 +8,7 @@
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/reference.hpp"
 #include "protocol.hpp"
@@ -92,6 +93,8 @@ const ShardLayout& ParameterServer::layout() const { return window_.layout(topo_
 float* ParameterServer::params() { return lookahead_ && started_ ? master_.data() : window_.local(layout().params(0)); }
 
 const float* ParameterServer::published() { return window_.local(layout().params(0)); }
+
+int ParameterServer::relaxed_stop_signal() { return relaxed_ ? static_cast<int>(relaxed_->stop_request()) : 0; }
 
 double ParameterServer::lookahead_updates() const {
   if (!lookahead_) return 0.0;
@@ -204,10 +207,25 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
   if (backup) optimizer_->begin_step(global_step(), updates());
   else optimizer_->set_step_fraction(1.0 / workers);  // W gradients applied make one step
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
+  bool stop_posted = false, stop_decided = false;
   for (;;) {
     const double t0 = now_seconds();
+    if (!stop_posted && stop_signal_received() != 0) {  // a stop signal reached this PS
+      relaxed_->request_stop(stop_signal_received());
+      stop_posted = true;
+    }
     relaxed_->read(words);
     const double t1 = now_seconds();
+    if (topo_.role_index() == 0 && !stop_decided && words[1] != 0) {
+      // A stop was requested: every worker stops before the step after the furthest any has
+      // pushed. None has passed it: a worker that had not seen the request is at most there,
+      // and one that has seen it waits at its next step boundary until this word is set.
+      std::int64_t furthest = 0;
+      for (int w = 0; w < workers; ++w)
+        for (int b = 0; b < blocks; ++b) furthest = std::max(furthest, relaxed_->pushed(words, w, b));
+      relaxed_->set_stop_at(furthest + 1);
+      stop_decided = true;
+    }
     bool progressed = false;
     for (int b = 0; b < blocks; ++b) {
       const auto bi = static_cast<std::size_t>(b);

@@ -241,6 +241,10 @@ std::int64_t WorkerExchange::catch_up() {
 
 std::int64_t WorkerExchange::max_lead() const { return protocol_->max_lead(); }
 
+void WorkerExchange::request_stop(int signal) { protocol_->request_stop(signal); }
+
+std::array<std::int64_t, 2> WorkerExchange::stop_words() { return protocol_->stop_words(); }
+
 ExchangeTimes WorkerExchange::take_times() { return std::exchange(times_, ExchangeTimes{}); }
 
 }  // namespace drt::ps

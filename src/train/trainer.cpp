@@ -182,8 +182,8 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(str("exchange ", c.exchange.describe(job.topo.num_nodes())));
   if (c.exchange.mode.relaxed())
     out.line(str("sync-mode ", ps::to_string(c.exchange.mode),
-                 ": the chief reports its own steps and evaluates alone; stop signals keep their default action (no "
-                 "vote: resume from the last --checkpoint-every/-secs checkpoint)"));
+                 ": the chief reports its own steps and evaluates alone; a stop signal stops every worker at "
+                 "the step after the furthest one (PS 0 decides it)"));
   if (c.parse_straggler().worker >= 0)
     out.line(str("straggler (an experiment): worker ", c.parse_straggler().worker, "'s steps are slowed ",
                  c.parse_straggler().factor, "x"));
@@ -225,7 +225,10 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   checkpoints.finish(server.global_step());  // also when stopped early: what a requeued job resumes from
   RankReport r;
   r.steps = server.global_step();
-  const int signal = vote.finish();  // also when the signal came after the last vote that counted
+  // Also when the signal came after the last vote that counted. The relaxed modes cast no
+  // votes: their stop went through PS 0's words.
+  const int vote_signal = vote.finish();
+  const int signal = job.config.exchange.mode.relaxed() ? server.relaxed_stop_signal() : vote_signal;
   r.stop_signal = r.steps < job.total_steps ? signal : 0;
   r.wall_s = now_seconds() - wall0;
   r.cpu_s = process_cpu_seconds() - cpu0;
@@ -333,9 +336,8 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
 
 int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   const double start = now_seconds();
-  // Before anything collective: a stop signal from here on is recorded, not fatal. Not in the
-  // relaxed modes, whose ranks cast no stop votes (a signal keeps its default action there).
-  if (!config.exchange.mode.relaxed()) install_stop_signals(parse_stop_signals(config.stop_signals));
+  // Before anything collective: a stop signal from here on is recorded, not fatal.
+  install_stop_signals(parse_stop_signals(config.stop_signals));
   const comm::Topology topo =
       comm::Topology::create(config.layout.num_ps, config.layout.placement, config.layout.expect_ranks);
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");

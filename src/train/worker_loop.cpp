@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -107,8 +108,8 @@ class WorkerLoop {
     std::int64_t step = resume_.step;
     int stopped_by = 0;
     if (relaxed_) {
-      run_relaxed(loader, step);
-      return finish_run(step, 0, evaluated_last, wall0, cpu0);
+      const int stopped = run_relaxed(loader, step);
+      return finish_run(step, stopped, evaluated_last, wall0, cpu0);
     }
     for (; step < job_.total_steps; ++step) {
       if ((stopped_by = stop_verdict(step)) != 0) break;
@@ -141,14 +142,17 @@ class WorkerLoop {
   // collectives (they would make every worker wait for the slowest at each vote or report):
   // the chief reports its own progress and evaluates the whole test set alone. Under backup a
   // worker whose gradients came late moves on to the step the PS are at (WorkerExchange::
-  // catch_up), skipping its batches of the steps in between. Sets `step` to the step reached.
-  void run_relaxed(data::BatchLoader& loader, std::int64_t& step) {
+  // catch_up), skipping its batches of the steps in between. Sets `step` to the step reached;
+  // returns the stop signal that ended the run early (relaxed_stop), 0 if none.
+  int run_relaxed(data::BatchLoader& loader, std::int64_t& step) {
     bool evaluated_last = false;
     const std::int64_t per_epoch = job_.steps_per_epoch;
     const auto crosses = [](std::int64_t from, std::int64_t to, std::int64_t every) {
       return to / every > from / every;
     };
+    int stopped = 0;
     while (step < job_.total_steps) {
+      if ((stopped = relaxed_stop(step)) != 0) break;
       const data::WorkerBatch batch = next_batch(loader, step);
       train_step(batch, step);
       for (const auto& part : batch.towers) samples_computed_ += part.count;
@@ -165,6 +169,36 @@ class WorkerLoop {
       step = next;
     }
     evaluated_last_ = evaluated_last;
+    return stopped;
+  }
+
+  // The relaxed modes' stop (docs/ARCHITECTURE.md, "Stopping on a signal"), before step `step`:
+  // a stop signal this worker received raises PS 0's request; once a request is there, PS 0
+  // sets the step of this run every worker stops before, which this worker waits for (at a
+  // step boundary, where nothing of its own is in flight). Returns the signal once `step` is
+  // that step, else 0. One read of PS 0's two stop words a step until the step is known.
+  int relaxed_stop(std::int64_t step) {
+    const int received = stop_signal_received();
+    if (received != 0 && received != stop_posted_) {
+      exchange_.request_stop(received);
+      stop_posted_ = received;
+    }
+    if (stop_before_ < 0) {
+      std::array<std::int64_t, 2> words = exchange_.stop_words();
+      if (words[0] == 0) return 0;
+      comm::PollWaiter waiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
+      while (words[1] == 0) {
+        if (!waiter.pause())
+          throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                              " s for ", topo_.ps_name(0), " to set the step to stop at after ",
+                              signal_name(static_cast<int>(words[0])),
+                              "; that PS is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+        words = exchange_.stop_words();
+      }
+      stop_before_ = resume_.step + words[1];
+      stop_signal_ = static_cast<int>(words[0]);
+    }
+    return step >= stop_before_ ? stop_signal_ : 0;
   }
 
   RankReport finish_run(std::int64_t step, int stopped_by, bool evaluated_last, double wall0, double cpu0) {
@@ -542,6 +576,9 @@ class WorkerLoop {
   std::int64_t skipped_steps_ = 0;     // backup: steps skipped to catch up
   std::int64_t samples_computed_ = 0;  // this worker's samples of the steps it trained
   bool evaluated_last_ = false;
+  int stop_posted_ = 0;            // relaxed: the stop signal this worker has requested from PS 0
+  std::int64_t stop_before_ = -1;  // relaxed: the step every worker stops before (-1: no stop yet)
+  int stop_signal_ = 0;            // relaxed: the signal that stops them
 };
 
 }  // namespace

@@ -22,6 +22,12 @@ Fashion-MNIST MLP.
                job, naming both workers
   resume       async over 2 PS, backup:1 with --wire bf16: 20 steps with a checkpoint, then --resume
                to 40 steps
+  stop         a stop signal (SIGTERM) in the middle of a 60-step run, 1 PS + 3 workers: async on
+               a worker, ssp:2 on the PS, backup:1 on the chief; and async with 2 PS + 2 workers
+               on PS 1 (which raises PS 0's request). Every rank exits 75, the chief
+               says after which step S it stopped (one step after the furthest worker's push
+               when PS 0 saw the request: past the signal's step, before the end), the PS
+               checkpoint of step S exists, and --resume trains from step S + 1 to 60 and exits 0
 
 usage: sync_modes.py --bin BUILD/bin --mpiexec "mpiexec FLAGS" --work DIR CASE
 """
@@ -29,6 +35,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 
 from e2e_util import expect, run
@@ -146,13 +153,34 @@ class Case:
             expect(out, "after 20 updates: step 21 of 40", f"{mode}: the resume point")
             expect(out, "(40/40)", f"{mode}: training to the end after the resume")
 
+    def stop(self):
+        total = 60
+        # (mode, PS, fault): ranks 0..PS-1 are the PS, the chief is rank PS.
+        for mode, ps, fault in (("async", 1, "signal:2:10"), ("async", 2, "signal:1:10"), ("ssp:2", 1, "signal:0:10"),
+                                ("backup:1", 1, "signal:1:10")):
+            work = self.fresh(f"stop-{mode.replace(':', '-')}-{ps}")
+            args = ["--sync-mode", mode, "--max-steps", total, "--checkpoint-dir", work, "--eval", "false",
+                    "--log-every", 10]
+            code, out = self.drtrain(4, *args, expect_ok=None, env={"DRT_TEST_FAULT": fault}, ps=ps)
+            m = re.search(r"stopping after step (\d+) of 60: SIGTERM reached a rank", out)
+            if code != 75 or not m or '"stopped_by":"SIGTERM"' not in out:
+                print(out)
+                raise SystemExit(f"FAIL: {mode}, {fault}: exit status {code} (expected 75), or no stop message")
+            step = int(m.group(1))
+            if not 10 < step < total or not os.path.exists(os.path.join(work, f"ckpt-{step:08d}.h5")):
+                print(out)
+                raise SystemExit(f"FAIL: {mode}: stopped after step {step} with {sorted(os.listdir(work))}")
+            _, out = self.drtrain(4, *args, "--resume", ps=ps)
+            expect(out, f"step {step + 1} of {total}", f"{mode}: the resume point")
+            expect(out, f"({total}/{total})", f"{mode}: training to the end after the resume")
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "resume"])
+    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "resume", "stop"])
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     getattr(Case(a), a.case.replace("-", "_"))()

@@ -83,6 +83,9 @@ class ParameterServer {
   const float* published();
   // The number of updates the PS looks ahead (0: it publishes the parameters themselves).
   double lookahead_updates() const;
+  // --sync-mode backup/ssp/async, after serve(): the stop signal any rank requested through PS
+  // 0's words (docs/ARCHITECTURE.md, "Stopping on a signal"), 0 if none. Reads PS 0's words.
+  int relaxed_stop_signal();
   optim::Optimizer& optimizer() { return *optimizer_; }
   std::int64_t global_step() const { return first_step_ + stats_.steps; }
   std::int64_t updates() const { return first_update_ + stats_.steps; }  // applied in all runs

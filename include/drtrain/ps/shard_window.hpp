@@ -15,15 +15,19 @@
 //                               per-worker slots (--deterministic, --wire bf16): K = 1 window
 //                               with W slots of S elements (float32, or bf16 with --wire bf16)
 //   fence:   one data window    params (and their bf16 copy), then the sum (or the W slots)
-//   control window (both):      version[B] | arrivals[B] | departed | pushed[W][B]   (int64)
-//                               | base[W][B] | taken[W][B] | readers[B] | writing[B]
-//                               (the relaxed modes' words)
+//   control window (both):      version[B] | arrivals[B] | departed | stop_request | stop_at
+//                               | pushed[W][B] | base[W][B] | taken[W][B] | readers[B]
+//                               | writing[B]   (int64; from stop_request, the relaxed modes')
 // version[b]: the newest published version of block b (the PS writes it, MPI_REPLACE).
 // arrivals[b]: how many pushes of block b have completed, summed over workers and steps
 //   (each worker adds 1 with MPI_Accumulate(MPI_SUM) after flushing its gradient): all W pushes
 //   of step t are in when arrivals[b] >= (t+1) W. The PS polls arrivals and departed only,
 //   B+1 contiguous words, whatever W.
 // departed: how many workers have left (MPI_SUM).
+// stop_request, stop_at: --sync-mode backup/ssp/async, PS 0's only (docs/ARCHITECTURE.md,
+//   "Stopping on a signal"): the largest stop signal any rank received (MPI_MAX), and the step
+//   of this run every worker stops before, which PS 0 sets once it has seen the request (0: not
+//   yet).
 // pushed[w][b]: the last step worker w announced for block b (MPI_REPLACE, in the same flush as
 //   its arrival): read only to name the culprit when a wait times out.
 // base[w][b], taken[w][b], readers[b], writing[b]: --sync-mode backup/ssp/async
@@ -84,6 +88,8 @@ class ShardLayout {
   MPI_Aint version_word(int block) const { return word(block); }
   MPI_Aint arrivals_word(int block) const { return word(static_cast<MPI_Aint>(num_blocks_) + block); }
   MPI_Aint departed_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_)); }
+  MPI_Aint stop_request_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 1); }
+  MPI_Aint stop_at_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 2); }
   MPI_Aint pushed_word(int worker, int block) const { return per_worker_word(0, worker, block); }
   // The relaxed modes' words (--sync-mode backup/ssp/async; zero and unused under sync).
   MPI_Aint base_word(int worker, int block) const { return per_worker_word(1, worker, block); }
@@ -91,15 +97,15 @@ class ShardLayout {
   MPI_Aint readers_word(int block) const { return per_worker_word(3, 0, block); }
   MPI_Aint writing_word(int block) const { return per_worker_word(3, 0, num_blocks_ + block); }
   std::size_t control_words() const {
-    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + 1;
+    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + 3;
   }
 
  private:
   static MPI_Aint word(MPI_Aint index) { return 8 * index; }
-  // Word (worker, block) of the table-th W x B table after departed (0: pushed, 1: base, 2: taken;
+  // Word (worker, block) of the table-th W x B table after stop_at (0: pushed, 1: base, 2: taken;
   // 3: readers[B] then writing[B], as worker 0).
   MPI_Aint per_worker_word(int table, int worker, int block) const {
-    const MPI_Aint blocks = num_blocks_, tables_start = 2 * blocks + 1;
+    const MPI_Aint blocks = num_blocks_, tables_start = 2 * blocks + 3;
     return word(tables_start + table * static_cast<MPI_Aint>(num_workers_) * blocks +
                 static_cast<MPI_Aint>(worker) * blocks + block);
   }

@@ -12,6 +12,7 @@
 // the pulled bf16 parameters into the caller's buffer when the pull completes.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -107,6 +108,12 @@ class WorkerExchange {
   std::int64_t catch_up();
   // --sync-mode ssp: the most steps this worker was ahead of the slowest worker when it pushed.
   std::int64_t max_lead() const;
+  // --sync-mode backup/ssp/async, which cast no per-step votes (docs/ARCHITECTURE.md, "Stopping
+  // on a signal"): raises PS 0's stop request to `signal`; and the stop as PS 0 holds it:
+  // {the largest signal requested (0: none), the step of this run every worker stops before
+  // (0: not decided yet)}. One control-word access to PS 0 each.
+  void request_stop(int signal);
+  std::array<std::int64_t, 2> stop_words();
   // Chunks that pull_during_push() brought back during pushes, since the exchange was made.
   std::int64_t chunks_pulled_during_push() const { return chunks_early_; }
   std::size_t total() const { return plan_.total(); }
