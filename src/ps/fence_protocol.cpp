@@ -107,13 +107,6 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
     complete_pull();
   }
 
-  // The relaxed modes stop through PS 0's words; they need --rma-sync passive (ExchangeConfig).
-  void request_stop(int /*signal*/) override { DRT_ASSERT(false, "--rma-sync fence has no relaxed mode to stop"); }
-  std::array<std::int64_t, 2> stop_words() override {
-    DRT_ASSERT(false, "--rma-sync fence has no relaxed mode to stop");
-    return {};
-  }
-
   void depart() override {
     close_reads();
     for (int p = 0; p < window_.num_ps(); ++p) control_.add(p, window_.layout(p).departed_word(), 1);

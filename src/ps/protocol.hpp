@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "drtrain/comm/topology.hpp"
+#include "drtrain/core/error.hpp"
 #include "drtrain/ps/exchange_config.hpp"
 #include "drtrain/ps/shard_window.hpp"
 
@@ -85,10 +86,13 @@ class WorkerProtocol {
   virtual std::int64_t pulled_version() const { return 0; }
   // ssp: the most steps this worker has been ahead of the slowest one when it pushed.
   virtual std::int64_t max_lead() const { return 0; }
-  // Relaxed modes (passive only): raises PS 0's stop request to `signal`; reads {the request,
-  // the step of this run every worker stops before (0: not decided yet)}.
-  virtual void request_stop(int signal) = 0;
-  virtual std::array<std::int64_t, 2> stop_words() = 0;
+  // Relaxed modes (passive only; fence has none): raises PS 0's stop request to `signal`; reads
+  // {the request, the step of this run every worker stops before (0: not decided yet)}.
+  virtual void request_stop(int /*signal*/) { DRT_ASSERT(false, "only the relaxed modes stop through PS 0's words"); }
+  virtual std::array<std::int64_t, 2> stop_words() {
+    DRT_ASSERT(false, "only the relaxed modes stop through PS 0's words");
+    return {};
+  }
 
   // Seconds spent waiting for the PS (publication, a predecessor, the pull fence) since the
   // last call.

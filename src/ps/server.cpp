@@ -414,12 +414,12 @@ void ParameterServer::update(std::size_t offset, std::size_t n, float* params, c
 
 void ParameterServer::update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads,
                                  std::size_t count, float scale) {
-  std::vector<const float*> part(count);
+  run_part_.resize(count);
   for_each_part(
       offset, n,
       [&](std::size_t lo, std::size_t hi) {
-        for (std::size_t j = 0; j < count; ++j) part[j] = grads[j] + lo;
-        optimizer_->update_run(offset + lo, hi - lo, params + lo, part.data(), scale);
+        for (std::size_t j = 0; j < count; ++j) run_part_[j] = grads[j] + lo;
+        optimizer_->update_run(offset + lo, hi - lo, params + lo, run_part_.data(), scale);
       },
       [&](std::size_t lo, std::size_t hi) {  // each worker's state update in turn
         for (std::size_t j = 0; j < count; ++j)

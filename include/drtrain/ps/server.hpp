@@ -128,12 +128,13 @@ class ParameterServer {
   std::unique_ptr<ServerProtocol> protocol_;  // the --rma-sync mode's synchronisation (--sync-mode sync)
   std::unique_ptr<RelaxedServer> relaxed_;    // --sync-mode backup/ssp/async
   std::unique_ptr<optim::Optimizer> optimizer_;
-  AlignedBuffer<float> slot_sum_;  // deterministic mode: one block of the ordered slot sum
-  AlignedBuffer<float> widened_;   // --wire bf16, ssp/async: one block of each worker's slot as float32
-  std::vector<int> all_workers_;   // 0 .. W-1: the order sync sums the slots in
-  bool lookahead_ = false;         // ExchangeConfig::lookahead_active
-  bool started_ = false;           // start() has run: params() is master_ under --lookahead
-  AlignedBuffer<float> master_;    // --lookahead: the parameters (the window holds the published copy)
+  AlignedBuffer<float> slot_sum_;       // deterministic mode: one block of the ordered slot sum
+  AlignedBuffer<float> widened_;        // --wire bf16, ssp/async: one block of each worker's slot as float32
+  std::vector<const float*> run_part_;  // update_run(): the gradients' pointers into one part
+  std::vector<int> all_workers_;        // 0 .. W-1: the order sync sums the slots in
+  bool lookahead_ = false;              // ExchangeConfig::lookahead_active
+  bool started_ = false;                // start() has run: params() is master_ under --lookahead
+  AlignedBuffer<float> master_;         // --lookahead: the parameters (the window holds the published copy)
   ServerStats stats_;
   SpanSink span_sink_;
   std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
