@@ -256,7 +256,7 @@ double link_floor_ms(const comm::Topology& topo, std::size_t floats, double gbit
       const int wn = node[static_cast<std::size_t>(w)],
                 pn = node[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
       if (wn == pn) continue;
-      const double bytes = 4.0 * static_cast<double>(plan.shard(p).size());
+      const double bytes = 4.0 * static_cast<double>(plan.shard_size(p));
       out[static_cast<std::size_t>(wn)] += bytes;  // push
       in[static_cast<std::size_t>(pn)] += bytes;
       out[static_cast<std::size_t>(pn)] += bytes;  // pull

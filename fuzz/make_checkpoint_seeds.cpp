@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
       std::vector<float> params(n);
       for (std::size_t i = 0; i < n; ++i) params[i] = 0.25f * static_cast<float>(i) - 1.0f;
       std::vector<std::vector<float>> slots(s.slots.size(), std::vector<float>(n, 0.125f));
-      drt::io::ShardView view{0, n, params.data(), {}};
+      drt::io::ShardView view = drt::io::ShardView::range(0, n, params.data());
       for (auto& v : slots) view.slots.push_back(v.data());
       drt::io::CheckpointMeta meta;
       meta.drtrain_version = "0.1.0";

@@ -69,11 +69,10 @@ template <typename Read>
 std::uint64_t read_parts(const ParamLayout& layout, const std::vector<std::string>& slot_names, const ShardView& shard,
                          Read read) {
   std::uint64_t sum = 0;
-  schema::for_each_part(layout, slot_names, shard.begin, shard.end,
-                        [&](std::size_t, const schema::Dataset& ds, std::size_t lo, std::size_t hi) {
+  schema::for_each_part(layout, slot_names, shard.spans,
+                        [&](std::size_t, const schema::Dataset& ds, std::size_t lo, std::size_t hi, std::size_t local) {
                           const TensorSpec& t = *ds.tensor;
-                          float* data = (ds.array == 0 ? shard.params : shard.slots[ds.array - 1]) +
-                                        (t.offset + lo - shard.begin);
+                          float* data = (ds.array == 0 ? shard.params : shard.slots[ds.array - 1]) + local;
                           read(ds.path, t, lo, hi, data);
                           sum += checksum_part(ds.path, lo, data, hi - lo);
                         });

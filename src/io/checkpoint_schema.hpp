@@ -53,18 +53,21 @@ CheckpointMeta read_meta(hid_t file);
 // the same type (ConfigError, CheckpointError or Error).
 void agree(const comm::Comm& comm, const std::exception_ptr& local);
 
-// The part of each dataset that falls in the shard [shard.begin, shard.end): calls
-// visit(index, dataset, lo, hi) for elements [lo, hi) of the dataset's tensor (relative to the
-// tensor), `index` being the dataset's position in datasets(), in file order.
+// The part of each dataset that falls in a shard of the given spans: calls
+// visit(index, dataset, lo, hi, local) for elements [lo, hi) of the dataset's tensor (relative
+// to the tensor), `index` being the dataset's position in datasets(), in file order, and
+// `local` the index of element lo in the shard's buffer. Datasets in file order, then spans.
 template <typename Visit>
-void for_each_part(const ParamLayout& layout, const std::vector<std::string>& slot_names, std::size_t begin,
-                   std::size_t end, Visit visit) {
+void for_each_part(const ParamLayout& layout, const std::vector<std::string>& slot_names,
+                   const std::vector<ShardSpan>& spans, Visit visit) {
   const std::vector<Dataset> all = datasets(layout, slot_names);
   for (std::size_t i = 0; i < all.size(); ++i) {
     const TensorSpec& t = *all[i].tensor;
-    const std::size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-    if (hi <= lo) continue;
-    visit(i, all[i], lo - t.offset, hi - t.offset);
+    for (const ShardSpan& s : spans) {
+      const std::size_t lo = std::max(s.begin, t.offset), hi = std::min(s.end, t.offset + t.numel);
+      if (hi <= lo) continue;
+      visit(i, all[i], lo - t.offset, hi - t.offset, s.local + (lo - s.begin));
+    }
   }
 }
 

@@ -166,7 +166,7 @@ class PartFile {
 
 CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointMeta meta,
                                   const ParamLayout& layout, const std::vector<std::string>& slot_names,
-                                  std::size_t shard_begin, std::size_t shard_end) {
+                                  const std::vector<ShardSpan>& spans) {
   quiet_hdf5_errors();
   const std::size_t datasets = schema::datasets(layout, slot_names).size();
   std::vector<std::uint64_t> offsets(datasets, 0);
@@ -184,11 +184,11 @@ CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path,
   DRT_MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(datasets), MPI_UINT64_T, 0, ps.get()));
   CheckpointParts out;
   out.path = path;
-  schema::for_each_part(layout, slot_names, shard_begin, shard_end,
-                        [&](std::size_t index, const schema::Dataset& ds, std::size_t lo, std::size_t hi) {
-                          out.parts.push_back({ds.path, ds.array, ds.tensor->offset + lo - shard_begin, lo, hi - lo,
-                                               offsets[index] + lo * sizeof(float)});
-                        });
+  schema::for_each_part(
+      layout, slot_names, spans,
+      [&](std::size_t index, const schema::Dataset& ds, std::size_t lo, std::size_t hi, std::size_t local) {
+        out.parts.push_back({ds.path, ds.array, local, lo, hi - lo, offsets[index] + lo * sizeof(float)});
+      });
   return out;
 }
 
@@ -221,7 +221,7 @@ void complete_checkpoint(const std::string& path, std::uint64_t checksum) {
 void write_checkpoint(const comm::Comm& ps, const std::string& path, const CheckpointMeta& meta,
                       const ParamLayout& layout, const std::vector<std::string>& slot_names, const ShardView& shard,
                       const std::function<void()>& after_data) {
-  const CheckpointParts parts = create_checkpoint(ps, path, meta, layout, slot_names, shard.begin, shard.end);
+  const CheckpointParts parts = create_checkpoint(ps, path, meta, layout, slot_names, shard.spans);
   std::exception_ptr error;
   std::uint64_t sum = 0;
   try {

@@ -13,6 +13,7 @@ constexpr Choice<RmaSync> kSyncs[] = {{RmaSync::kPassive, "passive"}, {RmaSync::
 constexpr Choice<GradPush> kPushes[] = {
     {GradPush::kAccumulate, "accumulate"}, {GradPush::kOrdered, "ordered"}, {GradPush::kSlots, "slots"}};
 constexpr Choice<Wire> kWires[] = {{Wire::kFp32, "fp32"}, {Wire::kBf16, "bf16"}};
+constexpr Choice<PlanKind> kPlans[] = {{PlanKind::kContiguous, "contiguous"}, {PlanKind::kStriped, "striped"}};
 }  // namespace
 
 RmaSync parse_rma_sync(const std::string& text) { return parse_choice(text, kSyncs, "--rma-sync"); }
@@ -21,6 +22,16 @@ GradPush parse_grad_push(const std::string& text) { return parse_choice(text, kP
 std::string to_string(GradPush push) { return choice_name(push, kPushes); }
 Wire parse_wire(const std::string& text) { return parse_choice(text, kWires, "--wire"); }
 std::string to_string(Wire wire) { return choice_name(wire, kWires); }
+PlanKind parse_plan_kind(const std::string& text) { return parse_choice(text, kPlans, "--shard-plan"); }
+std::string to_string(PlanKind kind) { return choice_name(kind, kPlans); }
+
+ShardPlan ExchangeConfig::shard_plan_for(std::size_t total, int num_ps, int num_nodes) const {
+  if (plan == PlanKind::kContiguous || num_ps == 1) return ShardPlan::balanced(total, num_ps);
+  const std::size_t block = chunk_bytes_for(num_nodes) / sizeof(float);
+  const std::size_t even = (total + static_cast<std::size_t>(num_ps) - 1) / static_cast<std::size_t>(num_ps);
+  const std::size_t align = ShardPlan::kAlignElems;
+  return ShardPlan::striped(total, num_ps, std::max<std::size_t>(1, std::min(block, (even + align - 1) / align * align)));
+}
 
 SyncMode parse_sync_mode(const std::string& text) {
   const auto bad = [&] {
@@ -136,6 +147,7 @@ std::string ExchangeConfig::describe(int num_nodes) const {
   return str("sync-mode ", to_string(mode), mode.per_gradient() ? ", lookahead " + to_string(lookahead) : std::string(),
              ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
              per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire),
+             ", shard plan ", to_string(plan),
              ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
              ", hang timeout ", hang_timeout_s, " s");

@@ -59,7 +59,7 @@ std::string describe_ps_memory(const ShardPlan& plan, int num_workers, const Exc
           " + ", optimizer.num_slots(), " optimizer slot(s)):");
   for (int p = 0; p < plan.num_shards(); ++p)
     out += str(" PS ", p, " ",
-               human_bytes(static_cast<double>(ps_memory_bytes(plan.shard(p).size(), num_workers, config, optimizer))),
+               human_bytes(static_cast<double>(ps_memory_bytes(plan.shard_size(p), num_workers, config, optimizer))),
                p + 1 < plan.num_shards() ? "," : "");
   return out;
 }
@@ -69,20 +69,21 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
                                  std::int64_t first_update)
     : topo_(topo),
       config_(config),
-      range_(plan.shard(topo.role_index())),
+      spans_(plan.spans(topo.role_index())),
+      shard_size_(plan.shard_size(topo.role_index())),
       first_step_(first_step),
       first_update_(first_update < 0 ? first_step : first_update),
       window_(topo, plan, config),
       protocol_(config.mode.relaxed() ? nullptr : make_server_protocol(topo, window_, config)),
       relaxed_(config.mode.relaxed() ? std::make_unique<RelaxedServer>(topo, window_, config) : nullptr),
-      optimizer_(optim::make_optimizer(optimizer, range_.size())),
+      optimizer_(optim::make_optimizer(optimizer, shard_size_)),
       slot_sum_(config.per_worker_slots() && (topo.num_workers() > 1 || config.wire != Wire::kFp32) ? kApplyBlock : 0),
       widened_(config.mode.relaxed() && config.wire == Wire::kBf16
                    ? static_cast<std::size_t>(topo.num_workers()) * kApplyBlock
                    : 0),
       all_workers_(static_cast<std::size_t>(topo.num_workers())),
       lookahead_(config.lookahead_active(optimizer.has_momentum_buffer(), topo.num_workers())),
-      master_(lookahead_ ? range_.size() : 0) {
+      master_(lookahead_ ? shard_size_ : 0) {
   for (std::size_t w = 0; w < all_workers_.size(); ++w) all_workers_[w] = static_cast<int>(w);
 }
 
@@ -109,13 +110,13 @@ void ParameterServer::start() {
   if (relaxed_) relaxed_->start();
   else protocol_->start();
   if (lookahead_) {  // the uploaded or restored parameters become the master; published as they are until updated
-    std::copy(published(), published() + range_.size(), master_.data());
+    std::copy(published(), published() + shard_size_, master_.data());
     started_ = true;
   }
   std::vector<int> all(static_cast<std::size_t>(layout().num_blocks()));
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = static_cast<int>(b);
   if (config_.wire == Wire::kBf16)  // the uploaded or restored parameters, as workers will pull them
-    kernels::ref::float_to_bf16(params(), window_.local_bf16(layout().wire_params(0)), range_.size());
+    kernels::ref::float_to_bf16(params(), window_.local_bf16(layout().wire_params(0)), shard_size_);
   if (relaxed_) relaxed_->publish_all(1);
   else protocol_->publish(all, 1);
 }
@@ -390,15 +391,24 @@ void ParameterServer::publish_block(int block) {
 template <typename Optimize, typename State>
 void ParameterServer::for_each_part(std::size_t offset, std::size_t n, const Optimize& optimize,
                                     const State& state) const {
-  std::size_t done = 0;                             // elements [0, done) handled
-  const std::size_t first = range_.begin + offset;  // global index of element 0
-  for (const auto& [state_begin, state_end] : state_ranges_) {
-    if (state_end <= first + done) continue;
-    if (state_begin >= first + n) break;
-    const std::size_t lo = std::max(state_begin, first + done) - first, hi = std::min(state_end, first + n) - first;
-    if (lo > done) optimize(done, lo);
-    state(lo, hi);
-    done = hi;
+  std::size_t done = 0;  // elements [0, done) handled, relative to offset
+  if (!state_ranges_.empty()) {
+    // The spans holding shard elements [offset, offset + n); in each, [a, b) relative to offset
+    // are the global elements [g, g + b - a).
+    auto s = std::partition_point(spans_.begin(), spans_.end(),
+                                  [&](const ShardSpan& x) { return x.local + x.size() <= offset; });
+    for (; s != spans_.end() && s->local < offset + n; ++s) {
+      const std::size_t a = std::max(s->local, offset) - offset, b = std::min(s->local + s->size(), offset + n) - offset;
+      const std::size_t g = s->begin + (offset + a - s->local);
+      for (const auto& [state_begin, state_end] : state_ranges_) {
+        if (state_end <= g) continue;
+        if (state_begin >= g + (b - a)) break;
+        const std::size_t lo = a + (std::max(state_begin, g) - g), hi = a + (std::min(state_end, g + (b - a)) - g);
+        if (lo > done) optimize(done, lo);
+        state(lo, hi);
+        done = hi;
+      }
+    }
   }
   if (done < n) optimize(done, n);
 }
@@ -437,7 +447,7 @@ void ParameterServer::publish_lookahead(std::size_t offset, std::size_t n, float
 }
 
 std::size_t ParameterServer::memory_bytes() const {
-  return ps_memory_bytes(range_.size(), topo_.num_workers(), config_, optimizer_->config());
+  return ps_memory_bytes(shard_size_, topo_.num_workers(), config_, optimizer_->config());
 }
 
 }  // namespace drt::ps

@@ -101,7 +101,7 @@ ShardWindow::ShardWindow(const comm::Topology& topo, const ShardPlan& plan, cons
   const int stripes = fence || slots ? 1 : std::min(topo.num_workers(), kMaxStripes);
   const std::size_t chunk = config.chunk_bytes_for(topo.num_nodes()) / sizeof(float);
   for (int p = 0; p < plan.num_shards(); ++p) {
-    const std::size_t size = plan.shard(p).size();
+    const std::size_t size = plan.shard_size(p);
     layouts_.emplace_back(size, fence ? size : chunk, topo.num_workers(), stripes, slots, fence, config.wire_bytes());
   }
   if (topo.is_ps()) my_ps_ = topo.role_index();

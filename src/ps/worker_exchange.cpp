@@ -43,12 +43,11 @@ std::vector<Chunk> WorkerExchange::chunks(std::size_t offset, std::size_t count)
   std::vector<Chunk> out;
   for (const ShardPiece& piece : plan_.split(offset, count)) {
     const ShardLayout& layout = window_.layout(piece.shard);
-    const std::size_t shard_begin = plan_.shard(piece.shard).begin;
-    const std::size_t end = piece.begin + piece.count - shard_begin;
-    for (std::size_t e = piece.begin - shard_begin; e < end;) {
+    const std::size_t end = piece.local + piece.count;  // in the shard
+    for (std::size_t e = piece.local; e < end;) {
       const int block = layout.block_of(e);
       const std::size_t stop = std::min({end, layout.block_begin(block) + layout.block_size(block), e + chunk_elems_});
-      out.push_back({piece.shard, block, e, shard_begin + e - offset, static_cast<int>(stop - e), false});
+      out.push_back({piece.shard, block, e, piece.begin + (e - piece.local) - offset, static_cast<int>(stop - e), false});
       e = stop;
     }
   }

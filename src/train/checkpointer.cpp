@@ -37,12 +37,12 @@ double state_bytes(const Job& job) {
 // Reads `file` into the resume point's buffers (PS, collective over the PS communicator).
 io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoint& r) {
   const double t0 = now_seconds();
-  const ps::ShardRange range = job.plan.shard(job.topo.role_index());
-  r.params = AlignedBuffer<float>(range.size());
+  const std::size_t size = job.plan.shard_size(job.topo.role_index());
+  r.params = AlignedBuffer<float>(size);
   r.slots.clear();
-  io::ShardView view{range.begin, range.end, r.params.data(), {}};
+  io::ShardView view{job.plan.spans(job.topo.role_index()), r.params.data(), {}};
   for (std::size_t k = 0; k < slot_names(job).size(); ++k) {
-    r.slots.emplace_back(range.size());
+    r.slots.emplace_back(size);
     view.slots.push_back(r.slots.back().data());
   }
   io::CheckpointMeta meta =
@@ -162,8 +162,7 @@ Checkpointer::~Checkpointer() {
 std::int64_t Checkpointer::updates_at(std::int64_t step) const { return first_update_ + (step - first_step_); }
 
 io::ShardView Checkpointer::live_view() const {
-  const ps::ShardRange range = server_.range();
-  io::ShardView view{range.begin, range.end, server_.params(), {}};
+  io::ShardView view{server_.spans(), server_.params(), {}};
   for (std::size_t k = 0; k < server_.optimizer().slot_names().size(); ++k)
     view.slots.push_back(server_.optimizer().slot(k).data());
   return view;
@@ -300,9 +299,8 @@ void Checkpointer::start_async(std::int64_t step) {
   f->temp = io::temporary_path(dir, f->updates);
   f->final_path = io::checkpoint_path(dir, f->updates);
   f->started = t0;
-  const ps::ShardRange range = server_.range();
   io::CheckpointParts parts = io::create_checkpoint(job_.topo.role_comm(), f->temp, meta(step), job_.spec.layout(),
-                                                    server_.optimizer().slot_names(), range.begin, range.end);
+                                                    server_.optimizer().slot_names(), server_.spans());
   // Test-only (core/test_faults.hpp): a slow file system; a full one on the last PS.
   SnapshotWriter::Faults faults;
   if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 6.0;

@@ -80,6 +80,10 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
       ("wire", choice(out.wire, ps::to_string(out.wire), ps::parse_wire),
        "number format on the network: fp32 | bf16 (gradients and parameters as bfloat16, half the bytes; "
        "per-worker gradient slots summed in float32 on the PS, which keeps float32 master parameters)")
+      ("shard-plan", choice(out.plan, ps::to_string(out.plan), ps::parse_plan_kind),
+       "how the parameters are cut over the PS: contiguous (one range per PS) | striped (spans of one RMA "
+       "block dealt round-robin, so every large layer is spread over every PS: with --overlap a layer's "
+       "push uses every PS's link at once)")
       ("rma-chunk-kib", po::value<std::size_t>()->default_value(out.chunk_bytes / 1024)
            ->notifier([&out](std::size_t kib) { out.chunk_bytes = kib * 1024; }),
        "largest single MPI_Accumulate/Put/Get and synchronisation block, KiB; 0 = by layout: 1024 on one "

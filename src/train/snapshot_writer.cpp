@@ -15,7 +15,7 @@ SnapshotWriter::~SnapshotWriter() {
 
 void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live, Faults faults) {
   DRT_ASSERT(!running(), "a checkpoint snapshot is still being written");
-  const std::size_t n = live.end - live.begin;
+  const std::size_t n = live.size();
   if (params_.size() != n || slots_.size() != live.slots.size()) {
     params_ = AlignedBuffer<float>(n);
     slots_.clear();
@@ -23,7 +23,7 @@ void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live,
   }
   std::copy(live.params, live.params + n, params_.data());
   for (std::size_t k = 0; k < slots_.size(); ++k) std::copy(live.slots[k], live.slots[k] + n, slots_[k].data());
-  io::ShardView copy{live.begin, live.end, params_.data(), {}};
+  io::ShardView copy{live.spans, params_.data(), {}};
   for (auto& s : slots_) copy.slots.push_back(s.data());
   finished_.store(false, std::memory_order_relaxed);
   progress_.store(0, std::memory_order_relaxed);

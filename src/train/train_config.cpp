@@ -222,7 +222,8 @@ std::string TrainConfig::to_ini() const {
     << "\nsync-mode = " << ps::to_string(exchange.mode) << "\nlookahead = " << ps::to_string(exchange.lookahead)
     << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
-    << "\nwire = " << ps::to_string(exchange.wire) << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024
+    << "\nwire = " << ps::to_string(exchange.wire) << "\nshard-plan = " << ps::to_string(exchange.plan)
+    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024
     << "\nhang-timeout = " << exchange.hang_timeout_s
     << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
     << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")

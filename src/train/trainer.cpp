@@ -126,7 +126,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
                      str("the model (--model ", c.model, " reads differently on some ranks)"));
   Job job{c, topo, nn::ModelSpec(*graph, {1, facts[2], facts[3], facts[4]}, facts[5]), ps::ShardPlan::balanced(0, 1),
           c.optimizer};
-  job.plan = ps::ShardPlan::balanced(job.spec.layout().total(), topo.num_ps());
+  job.plan = c.exchange.shard_plan_for(job.spec.layout().total(), topo.num_ps(), topo.num_nodes());
   job.train_count = facts[0];
   job.test_count = facts[1];
   // Validates the batch against workers x towers on every rank (ConfigError alike everywhere).
@@ -193,8 +193,7 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(plan);
   out.line(ps::describe_ps_memory(job.plan, w, c.exchange, job.optimizer));
   if (!c.checkpoint_dir.empty()) {
-    std::size_t largest = 0;
-    for (int p = 0; p < job.plan.num_shards(); ++p) largest = std::max(largest, job.plan.shard(p).size());
+    const std::size_t largest = job.plan.largest_shard();
     const double snapshot = 4.0 * static_cast<double>(largest) * (1 + job.optimizer.num_slots());
     out.line(str("checkpoints to ", c.checkpoint_dir,
                  c.checkpoint_async

@@ -95,7 +95,7 @@ TEST(Checkpoint, WriteLetsMpiProgress) {
   const auto n = static_cast<std::size_t>(world_size()), r = static_cast<std::size_t>(world_rank());
   const std::size_t begin = layout.total() * r / n, end = layout.total() * (r + 1) / n;
   std::vector<float> params(end - begin, 0.5f);
-  io::ShardView view{begin, end, params.data(), {}};
+  io::ShardView view = io::ShardView::range(begin, end, params.data());
   io::CheckpointMeta meta;
   meta.model = "test";
   for (std::size_t k = 0; k <= n; ++k) meta.shard_boundaries.push_back(layout.total() * k / n);
@@ -235,18 +235,26 @@ TEST(Checkpoint, ReshardsAcrossLayouts) {
   const std::string saved = io::checkpoint_path(writer.checkpoint_dir, 5);
   struct Layout {
     int ps, towers;
+    bool striped;  // --shard-plan striped, in spans of 1024 elements (4 KiB blocks): each PS reads
+                   // and writes many pieces of every tensor
   };
-  for (const Layout& l : {Layout{1, 2}, Layout{3, 1}}) {  // (1, 3, 2) and (3, 1, 1)
+  // (1, 3, 2), (3, 1, 1) and (3, 1, 1) striped
+  for (const Layout& l : {Layout{1, 2, false}, Layout{3, 1, false}, Layout{3, 1, true}}) {
     // Load with the new layout and save again at once (no step): the files must be equal.
     TrainConfig reader = base(l.ps);
     reader.towers = l.towers;
+    if (l.striped) {
+      reader.exchange.plan = ps::PlanKind::kStriped;
+      reader.exchange.chunk_bytes = 4096;
+    }
     reader.resume = saved;
     reader.max_steps = 5;
-    reader.checkpoint_dir = shared_dir(str("resharded_", l.ps, "_", l.towers));
+    reader.checkpoint_dir = shared_dir(str("resharded_", l.ps, "_", l.towers, l.striped ? "_striped" : ""));
     train(reader);
     const std::string detail =
         world_rank() == 0 ? compare_files(saved, io::checkpoint_path(reader.checkpoint_dir, 5)) : "";
-    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << "layout P=" << l.ps << " T=" << l.towers;
+    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail))
+        << "layout P=" << l.ps << " T=" << l.towers << (l.striped ? " striped" : "");
     // And training continues from there.
     reader.max_steps = 8;
     const std::vector<float> after = train(reader);

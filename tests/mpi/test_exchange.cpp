@@ -47,6 +47,7 @@ struct Case {
   Wire wire = Wire::kFp32;
   SyncMode mode;        // --sync-mode
   Lookahead lookahead;  // --lookahead
+  PlanKind plan = PlanKind::kContiguous;  // --shard-plan
   std::size_t size = 1000;
   bool integer_grads = false;
   bool same_grads = false;  // every worker pushes the same gradient (worker 0's)
@@ -58,6 +59,7 @@ struct Case {
 
   std::string name() const {
     return str(to_string(mode), "+", to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "",
+               plan == PlanKind::kStriped ? "+striped" : "",
                " n=", size, integer_grads ? " int" : "", buckets ? " buckets" : "", " ",
                optim::to_string(optimizer.kind));
   }
@@ -81,6 +83,22 @@ float on_wire(const Case& c, float x) {
   return c.wire == Wire::kBf16 ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(x)) : x;
 }
 
+// The case's shard plan (ExchangeConfig::shard_plan_for: striped in spans of one block).
+ShardPlan plan_of(const Case& c, const comm::Topology& topo) {
+  ExchangeConfig config;
+  config.chunk_bytes = c.chunk_bytes;
+  config.plan = c.plan;
+  return config.shard_plan_for(c.size, topo.num_ps(), topo.num_nodes());
+}
+
+// PS: the global index of each element of its shard under the case's plan, in shard order.
+std::vector<std::size_t> shard_elements(const Case& c, const comm::Topology& topo) {
+  std::vector<std::size_t> out;
+  for (const ShardSpan& s : plan_of(c, topo).spans(topo.role_index()))
+    for (std::size_t g = s.begin; g < s.end; ++g) out.push_back(g);
+  return out;
+}
+
 ServerStats g_last_server_stats;       // PS: the stats of the last run_exchange
 std::vector<float> g_last_master;      // PS: its shard of the float32 master parameters after it
 std::vector<float> g_last_published;   // PS: its shard of what workers pull, after it
@@ -97,14 +115,15 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
   config.mode = c.mode;
   config.lookahead = c.lookahead;
   config.chunk_bytes = c.chunk_bytes;
+  config.plan = c.plan;
   config.hang_timeout_s = 60;
-  const ShardPlan plan = ShardPlan::balanced(c.size, topo.num_ps());
+  const ShardPlan plan = plan_of(c, topo);
   if (topo.is_ps()) {
     ParameterServer server(topo, plan, config, c.optimizer);
     server.start();
     EXPECT_EQ(server.serve(), c.steps);
     g_last_server_stats = server.stats();
-    const std::size_t shard = plan.shard(topo.role_index()).size();
+    const std::size_t shard = plan.shard_size(topo.role_index());
     g_last_master.assign(server.params(), server.params() + shard);
     g_last_published.assign(server.published(), server.published() + shard);
     if (server.optimizer().slot_names().empty()) g_last_momentum.clear();
@@ -298,12 +317,12 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
       run_exchange(*topo_, c);
       std::string detail;
       if (topo_->is_ps()) {
-        const ShardRange range = ShardPlan::balanced(c.size, topo_->num_ps()).shard(topo_->role_index());
+        const std::vector<std::size_t> mine = shard_elements(c, *topo_);
         const std::vector<double> want = float64_reference(c, workers);
-        for (std::size_t i = 0; i < range.size() && detail.empty(); ++i)
-          if (static_cast<double>(g_last_master[i]) != want[range.begin + i])
-            detail = str(c.name(), ": PS master element ", range.begin + i, " is ", g_last_master[i], ", reference ",
-                         want[range.begin + i]);
+        for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i)
+          if (static_cast<double>(g_last_master[i]) != want[mine[i]])
+            detail = str(c.name(), ": PS master element ", mine[i], " is ", g_last_master[i], ", reference ",
+                         want[mine[i]]);
         const ServerStats& st = g_last_server_stats;
         if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != std::int64_t{workers} * c.steps)
           detail =
@@ -336,12 +355,12 @@ TEST_F(Exchange, LookaheadPublishesAheadOfTheMaster) {
       const std::vector<float> got = run_exchange(*topo_, c);
       std::string detail;
       if (topo_->is_ps()) {
-        const ShardRange range = ShardPlan::balanced(c.size, topo_->num_ps()).shard(topo_->role_index());
+        const std::vector<std::size_t> mine = shard_elements(c, *topo_);
         if (g_last_lookahead != 2.0) detail = str(c.name(), ": looked ", g_last_lookahead, " updates ahead, not 2");
-        for (std::size_t i = 0; i < range.size() && detail.empty(); ++i) {
+        for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i) {
           const double want = static_cast<double>(g_last_master[i]) - 2.0 * g_last_momentum[i];
           if (static_cast<double>(g_last_published[i]) != want)
-            detail = str(c.name(), ": PS element ", range.begin + i, " publishes ", g_last_published[i],
+            detail = str(c.name(), ": PS element ", mine[i], " publishes ", g_last_published[i],
                          ", master - 2 lr momentum = ", want);
         }
       }
@@ -453,6 +472,59 @@ TEST_F(Exchange, BucketsEqualWholeBuffer) {
   }
 }
 
+// --shard-plan striped: each PS's shard is many spans of the flat space (one block each, dealt
+// round-robin), so where a chunk lands in the worker's buffer, which PS a bucket reaches and the
+// PS's element order all differ from the contiguous plan's. The reproducible modes give bitwise
+// the contiguous plan's parameters, in one call and in buckets with pulls during the push (what
+// --overlap does); the accumulate modes match the float64 reference; an asynchronous run with
+// exact integer gradients leaves every PS's master, element by element, at the reference.
+TEST_F(Exchange, StripedPlanMatchesTheContiguousPlan) {
+  const Mode exact[] = {{RmaSync::kPassive, GradPush::kSlots},
+                        {RmaSync::kPassive, GradPush::kOrdered},
+                        {RmaSync::kFence, GradPush::kSlots},
+                        kBf16Modes[0]};
+  for (const Mode& mode : exact)
+    for (bool buckets : {false, true}) {
+      Case c;
+      c.sync = mode.sync;
+      c.push = mode.push;
+      c.wire = mode.wire;
+      c.size = 100003;  // about 98 spans of 1024 elements (chunk_bytes 4 KiB)
+      c.optimizer = momentum_sgd();
+      c.buckets = c.early_pull = buckets;
+      const std::vector<float> contiguous = run_exchange(*topo_, c);
+      c.plan = PlanKind::kStriped;
+      const std::vector<float> striped = run_exchange(*topo_, c);
+      const bool same = topo_->is_ps() || striped == contiguous;
+      ASSERT_TRUE(testing::all_ranks(same, c.name() + ": differs from the contiguous plan")) << c.name();
+    }
+  for (const Mode& mode : {kAllModes[0], kAllModes[3]}) {
+    Case c;
+    c.sync = mode.sync;
+    c.push = mode.push;
+    c.size = 100003;
+    c.optimizer = nesterov_with_decay();
+    c.plan = PlanKind::kStriped;
+    const std::vector<float> got = run_exchange(*topo_, c);
+    const std::string detail =
+        topo_->is_worker() ? compare(c, got, float64_reference(c, topo_->num_workers()), 1e-6) : "";
+    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
+  }
+  Case c = relaxed_integer_case({SyncKind::kAsync, 0}, Wire::kFp32);
+  c.plan = PlanKind::kStriped;
+  run_exchange(*topo_, c);
+  std::string detail;
+  if (topo_->is_ps()) {
+    const std::vector<std::size_t> mine = shard_elements(c, *topo_);
+    const std::vector<double> want = float64_reference(c, topo_->num_workers());
+    if (mine.size() != g_last_master.size()) detail = str(c.name(), ": shard of ", g_last_master.size(), " elements");
+    for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i)
+      if (static_cast<double>(g_last_master[i]) != want[mine[i]])
+        detail = str(c.name(), ": PS master element ", mine[i], " is ", g_last_master[i], ", reference ", want[mine[i]]);
+  }
+  ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
+}
+
 // --wire bf16: the PS's float32 master follows a float64 reference fed the bf16 roundings of the
 // workers' gradients (as tight as the float32 wire's check: a PS that summed unrounded gradients
 // would be off by about lr * 2^-9 * |g|, far beyond it), and workers hold exactly bf16 values
@@ -472,12 +544,11 @@ TEST_F(Exchange, Bf16WireMatchesRoundedFloat64Reference) {
         const std::vector<double> want = float64_reference(c, topo_->num_workers());
         std::string detail;
         if (topo_->is_ps()) {
-          const ShardRange mine = ShardPlan::balanced(n, topo_->num_ps()).shard(topo_->role_index());
+          const std::vector<std::size_t> mine = shard_elements(c, *topo_);
           for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i) {
-            const double ref = want[mine.begin + i];
+            const double ref = want[mine[i]];
             if (!(std::abs(g_last_master[i] - ref) <= 1e-6 * std::max(1.0, std::abs(ref))))
-              detail =
-                  str(c.name(), ": master element ", mine.begin + i, " is ", g_last_master[i], ", reference ", ref);
+              detail = str(c.name(), ": master element ", mine[i], " is ", g_last_master[i], ", reference ", ref);
           }
         } else {
           for (std::size_t i = 0; i < n && detail.empty(); ++i) {
@@ -508,8 +579,7 @@ TEST_F(Exchange, ApplyLetsMpiProgress) {
     run_exchange(*topo_, c);
     std::string detail;
     if (topo_->is_ps()) {
-      const ShardPlan plan = ShardPlan::balanced(c.size, topo_->num_ps());
-      const std::size_t mib = plan.shard(topo_->role_index()).size() * sizeof(float) >> 20;
+      const std::size_t mib = plan_of(c, *topo_).shard_size(topo_->role_index()) * sizeof(float) >> 20;
       const std::size_t want = static_cast<std::size_t>(c.steps) * (mib > 0 ? mib - 1 : 0);
       if (g_last_server_stats.apply_progress_calls < want)
         detail = str(c.name(), ": ", g_last_server_stats.apply_progress_calls, " progress turns in ", c.steps,

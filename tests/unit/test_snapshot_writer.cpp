@@ -65,7 +65,7 @@ TEST_P(SnapshotWriterOn, WritesTheStateAtStartWhileTheCallerChangesIt) {
   SnapshotWriter writer;
   SnapshotWriter::Faults faults;
   faults.delay_s = 0.2;  // the thread writes only after the changes below
-  writer.start(parts_for(f.path), io::ShardView{0, kElements, params.data(), {slot.data()}}, faults);
+  writer.start(parts_for(f.path), io::ShardView::range(0, kElements, params.data(), {slot.data()}), faults);
   EXPECT_TRUE(writer.running());
   for (std::size_t i = 0; i < kElements; ++i) params[i] = -params[i], slot[i] *= 2.0f;  // the next apply
   const std::size_t progress_before = writer.progress();
@@ -76,7 +76,7 @@ TEST_P(SnapshotWriterOn, WritesTheStateAtStartWhileTheCallerChangesIt) {
   EXPECT_EQ(read_floats(f.path, 64 + kElements * 4, kElements), slot0);
   EXPECT_EQ(writer.snapshot_bytes(), 2 * kElements * 4);
   // Again, with the buffers kept from the first save: now the changed state.
-  writer.start(parts_for(f.path), io::ShardView{0, kElements, params.data(), {slot.data()}}, {});
+  writer.start(parts_for(f.path), io::ShardView::range(0, kElements, params.data(), {slot.data()}), {});
   while (!writer.finished()) std::this_thread::yield();
   EXPECT_EQ(writer.take(), io::checksum_part("/params/w", 0, params.data(), kElements) +
                                io::checksum_part("/optimizer/m/w", 0, slot.data(), kElements));
@@ -91,7 +91,7 @@ TEST(SnapshotWriter, ErrorsComeBackFromTake) {
   p.path = "/nonexistent-dir/x.h5";
   p.parts.push_back({"/params/w", 0, 0, 0, 16, 0});
   SnapshotWriter writer;
-  writer.start(std::move(p), io::ShardView{0, 16, params.data(), {}}, {});
+  writer.start(std::move(p), io::ShardView::range(0, 16, params.data()), {});
   try {
     writer.take();
     FAIL() << "no error";
@@ -104,7 +104,7 @@ TEST(SnapshotWriter, ErrorsComeBackFromTake) {
   io::CheckpointParts q;
   q.path = f.path;
   q.parts.push_back({"/params/w", 0, 0, 0, 16, 0});
-  writer.start(std::move(q), io::ShardView{0, 16, params.data(), {}}, full);
+  writer.start(std::move(q), io::ShardView::range(0, 16, params.data()), full);
   EXPECT_THROW(writer.take(), Error);
 }
 

@@ -14,6 +14,15 @@
 
 namespace drt {
 
+// A contiguous range [begin, end) of the flat parameter space, stored at `local` in some buffer
+// (a PS's shard holds one or more of them back to back: ps/shard_plan.hpp).
+struct ShardSpan {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t local = 0;
+  std::size_t size() const { return end - begin; }
+};
+
 struct TensorSpec {
   std::string name;                 // unique, e.g. "fc1.weight"
   std::vector<std::int64_t> shape;  // row-major

@@ -7,8 +7,10 @@
 // and half-written files detectable.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drtrain/comm/comm.hpp"
@@ -47,12 +49,22 @@ struct CheckpointMeta {
   std::uint64_t checksum = 0;                   // sum of element hashes of every dataset (see format doc)
 };
 
-// This PS's part of the state: the flat range [begin, end) of the parameters and of each
-// optimizer slot (in the order of slot_names).
+// This PS's part of the state: the spans of the flat space its shard holds (one for a
+// contiguous plan, many for a striped one), of the parameters and of each optimizer slot (in
+// the order of slot_names), each buffer the spans back to back.
 struct ShardView {
-  std::size_t begin = 0, end = 0;
+  std::vector<ShardSpan> spans;
   float* params = nullptr;
   std::vector<float*> slots;
+  // The flat range [begin, end) held at the start of the buffers.
+  static ShardView range(std::size_t begin, std::size_t end, float* params, std::vector<float*> slots = {}) {
+    return {{{begin, end, 0}}, params, std::move(slots)};
+  }
+  std::size_t size() const {  // elements in each buffer
+    std::size_t n = 0;
+    for (const ShardSpan& s : spans) n += s.size();
+    return n;
+  }
 };
 
 // Collective over `ps`: checks that `path` fits this run (model, tensors and shapes, optimizer

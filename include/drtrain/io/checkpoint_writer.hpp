@@ -33,7 +33,7 @@ struct CheckpointParts {
   struct Part {
     std::string dataset;           // "/params/fc1.weight"
     std::size_t array = 0;         // 0: ShardView::params; k >= 1: ShardView::slots[k - 1]
-    std::size_t shard_offset = 0;  // first element, relative to the shard
+    std::size_t shard_offset = 0;  // first element, in the shard's buffer
     std::size_t first = 0;         // first element, relative to the dataset (row-major flat index)
     std::size_t count = 0;
     std::uint64_t file_offset = 0;  // byte offset of element `first` in the file
@@ -46,9 +46,9 @@ struct CheckpointParts {
 // throws the same Error when PS 0 cannot create the file.
 CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path, CheckpointMeta meta,
                                   const ParamLayout& layout, const std::vector<std::string>& slot_names,
-                                  std::size_t shard_begin, std::size_t shard_end);
+                                  const std::vector<ShardSpan>& spans);
 
-// Phase 2: writes `shard` (the same range as in create_checkpoint) in pieces of 1 MiB, calling
+// Phase 2: writes `shard` (the same spans as in create_checkpoint) in pieces of 1 MiB, calling
 // `after_piece(bytes written so far)` after each, then fsyncs. Returns this PS's checksum term.
 // Throws Error naming the file and the system's reason.
 std::uint64_t write_parts(const CheckpointParts& parts, const ShardView& shard,

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <string>
 
+#include "drtrain/ps/shard_plan.hpp"
+
 namespace drt::ps {
 
 enum class RmaSync {
@@ -45,6 +47,15 @@ enum class Wire {
 };
 Wire parse_wire(const std::string& text);  // ConfigError lists the choices
 std::string to_string(Wire wire);
+
+// How the flat parameter space is cut over the PS (ps/shard_plan.hpp, docs/ARCHITECTURE.md,
+// "The flat parameter space and the shard plan").
+enum class PlanKind {
+  kContiguous,  // one contiguous range per PS
+  kStriped,     // spans of one RMA block dealt round-robin: every large layer on every PS
+};
+PlanKind parse_plan_kind(const std::string& text);  // ConfigError lists the choices
+std::string to_string(PlanKind kind);
 
 // When the PS applies gradients (docs/ARCHITECTURE.md, "Relaxed synchronisation"). Every mode
 // but kSync pushes into per-worker slots and reads parameters under a per-block read lock.
@@ -88,6 +99,7 @@ struct ExchangeConfig {
   Lookahead lookahead;                    // --lookahead
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   Wire wire = Wire::kFp32;
+  PlanKind plan = PlanKind::kContiguous;  // --shard-plan
   bool deterministic = false;  // --deterministic: the same as push = kSlots
   // Largest RMA operation and synchronisation block; 0 = by layout (chunk_bytes_for).
   std::size_t chunk_bytes = 0;
@@ -109,6 +121,10 @@ struct ExchangeConfig {
     return num_nodes > 1 ? std::size_t{128} << 10 : std::size_t{1} << 20;
   }
   bool per_worker_slots() const { return grad_push() == GradPush::kSlots; }
+  // The shard plan of `total` elements over `num_ps` PS for a job on `num_nodes` nodes:
+  // balanced, or striped in spans of one block (chunk_bytes_for), so that every block is one
+  // contiguous range of the flat space; at most the balanced shard's size, so every PS gets one.
+  ShardPlan shard_plan_for(std::size_t total, int num_ps, int num_nodes) const;
   // Whether the PS publishes looked-ahead parameters: ssp/async with SGD with momentum, and
   // --lookahead auto with more than one worker, or a fixed k.
   bool lookahead_active(bool momentum_sgd, int num_workers) const;

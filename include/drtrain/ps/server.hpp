@@ -73,8 +73,10 @@ class ParameterServer {
   // (workers push their state updates), and the optimizer is not applied. Set before serve().
   void set_state_ranges(std::vector<std::pair<std::size_t, std::size_t>> ranges) { state_ranges_ = std::move(ranges); }
 
-  ShardRange range() const { return range_; }
-  // This PS's shard of the parameters, range().size() elements: before start() the window's,
+  // The spans of the flat space this PS holds (ShardPlan::spans), back to back in its buffers.
+  const std::vector<ShardSpan>& spans() const { return spans_; }
+  std::size_t shard_size() const { return shard_size_; }
+  // This PS's shard of the parameters, shard_size() elements: before start() the window's,
   // which the caller may fill (e.g. from a checkpoint); after it the float32 master copy the
   // optimizer updates (what checkpoints save).
   float* params();
@@ -122,7 +124,8 @@ class ParameterServer {
 
   const comm::Topology& topo_;
   ExchangeConfig config_;
-  ShardRange range_;
+  std::vector<ShardSpan> spans_;
+  std::size_t shard_size_;
   std::int64_t first_step_, first_update_;
   ShardWindow window_;
   std::unique_ptr<ServerProtocol> protocol_;  // the --rma-sync mode's synchronisation (--sync-mode sync)
