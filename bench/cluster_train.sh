@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Training across emulated nodes (tests/cluster/emulated_cluster.sh: network namespaces, tc tbf
 # per node and direction): drtrain's step with and without --overlap, with --wire fp32 and
-# bf16, next to PyTorch DDP (gloo, PyPI's torch from bench/peers/make_venv.sh) on the same nodes,
+# bf16, --overlap with --shard-plan striped (a second table), next to PyTorch DDP (gloo, PyPI's torch from bench/peers/make_venv.sh) on the same nodes,
 # and to the workers' MPI_Allreduce of the gradient (drt_bench_exchange), all in one run per
 # layout. Needs root; run after a build.
 #
@@ -53,6 +53,8 @@ run seq-fp32 --overlap false
 run overlap-fp32 --overlap true
 run seq-bf16 --overlap false --wire bf16
 run overlap-bf16 --overlap true --wire bf16
+run overlap-fp32-striped --overlap true --shard-plan striped
+run overlap-bf16-striped --overlap true --wire bf16 --shard-plan striped
 # The workers' MPI_Allreduce of the gradient (rounded to whole MiB) and the bare exchange, same ranks
 mib=\$(sed -n 's/^model .*parameters, \([0-9.]*\) MiB).*/\1/p' "$out/\$name-\$tag-seq-fp32.log" | awk '{printf "%d", \$1 + 0.5}')
 [ "\${mib:-0}" -ge 1 ] && "$root/tests/cluster/cluster_mpirun.sh" openmpi --ppn "\$ppn" -- "$build/bin/drt_bench_exchange" \
@@ -144,5 +146,26 @@ for layout in layouts:
               f"{ms['overlap-fp32'] / max(compute, x32):.2f} | {ms['overlap-fp32'] / ms['seq-fp32']:.2f} | "
               f"{x16 / x32:.2f} | {ddp_ms:.0f} | {best / ddp_sps:.2f} | "
               f"{b['allreduce_ms'] if b else float('nan'):.0f} |")
+
+# The striped shard plan (--shard-plan striped: every layer spread over every PS) with --overlap.
+print("\n| layout | model | overlap striped fp32 ms | overlap striped bf16 ms | striped / contiguous overlap fp32 | "
+      "striped / contiguous overlap bf16 | overlap striped fp32 / seq fp32 | overlap striped fp32 / max(compute, exchange) |")
+print("|---|---|---|---|---|---|---|---|")
+for layout in layouts:
+    for model in models:
+        tag = model.replace(":", "_")
+        keys = ("seq-fp32", "overlap-fp32", "seq-bf16", "overlap-bf16", "overlap-fp32-striped", "overlap-bf16-striped")
+        r = {k: drtrain(f"{out}/{layout}-{tag}-{k}.jsonl") for k in keys}
+        if any(v is None for v in r.values()):
+            print(f"| {layout} | {model} | (failed: see {out}) |")
+            continue
+        ms = {k: 1e3 / v["samples_per_s"] for k, v in r.items()}  # ratios only: the batch cancels
+        compute, x32 = r["seq-fp32"]["compute_ms"], r["seq-fp32"]["exposed_ms"]
+        workers = int(layout.split("-")[1][-1] if "+" in layout else layout.split("-")[1][0])
+        step = 1e3 * per_worker * workers / r["overlap-fp32-striped"]["samples_per_s"]
+        step16 = 1e3 * per_worker * workers / r["overlap-bf16-striped"]["samples_per_s"]
+        print(f"| {layout} | {model} | {step:.0f} | {step16:.0f} | "
+              f"{ms['overlap-fp32-striped'] / ms['overlap-fp32']:.2f} | {ms['overlap-bf16-striped'] / ms['overlap-bf16']:.2f} | "
+              f"{ms['overlap-fp32-striped'] / ms['seq-fp32']:.2f} | {step / max(compute, x32):.2f} |")
 print(f"\nlogs and metrics in {out}")
 PY

@@ -257,14 +257,14 @@ if [[ $HAVE_BUNDLE == 1 ]]; then
   fi
   ldd "$B/bin/drtrain" 2>/dev/null | grep -E 'libcudart' >/dev/null || log "note: bin/drtrain does not link libcudart (CPU-only build?)"
 fi
-drtrain_run() {  # dataset metrics-name extra-args...
-  local dataset=$1 name=drtrain_cnn_$1 metrics=$OUTDIR/cnn_$1.jsonl; shift
+drtrain_run() {  # step-name metrics-file drtrain-args... (PS=${PS:-1} PS ranks + 1 worker on the GPU)
+  local name=$1 metrics=$2 ps=${PS:-1}; shift 2
   if [[ $HAVE_BUNDLE == 0 || $DRTRAIN_OK == 0 ]]; then record "$name" skipped -1 "no usable bin/drtrain (see steps unpack, ldd)" 0; return; fi
   [[ -n $NO_GPU_REASON ]] && { record "$name" skipped -1 "$NO_GPU_REASON" 0; return; }
   [[ -n $DEV_REASON ]] && { record "$name" failed -1 "$DEV_REASON" 0; return; }
   rm -f "$metrics"
-  local cmd=("${MPI[@]}" -np 2 drtrain --num-ps 1 "${DEV_FLAG[@]}" --model cnn --dataset "$dataset"
-             --batch-size "$BATCH" --log-every "$WARM" --metrics "$metrics" "$@")
+  local cmd=("${MPI[@]}" -np $((ps + 1)) drtrain --num-ps "$ps" "${DEV_FLAG[@]}" --batch-size "$BATCH" --log-every "$WARM"
+             --metrics "$metrics" "$@")
   run_step "$name" "$CAP" -- "${cmd[@]}"
   # A container that forbids cross-memory attach (process_vm_readv) breaks osc/rdma: retry
   # once without single-copy (GPU_HOST_RECIPE.md, "RMA and shared-memory single-copy").
@@ -281,11 +281,56 @@ drtrain_run() {  # dataset metrics-name extra-args...
     record "$name" failed "$RC" "${REASON:-exit status $RC$([[ $RC == 0 ]] && echo ', no summary line'): $(grep -iE 'error|abort' "$LOGS/$name.log" | head -2 | tr '\n' ' ' | cut -c1-300)}" "$STEP_S"
   fi
 }
+FM=(--dataset fashion-mnist --data-dir "$B/data/fashion-mnist")
 # Synthetic: 300 steps run past the 234-step epoch, hence --epochs 2 (--max-steps stops it).
+SYN=(--dataset synthetic --epochs 2 --max-steps "$SYN_STEPS" --eval false)
 CAP=90
-drtrain_run synthetic --epochs 2 --max-steps "$SYN_STEPS" --eval false
+drtrain_run drtrain_cnn_synthetic "$OUTDIR/cnn_synthetic.jsonl" --model cnn "${SYN[@]}"
 CAP=120
-drtrain_run fashion-mnist --data-dir "$B/data/fashion-mnist" --epochs 1 --max-steps "$FM_STEPS" --eval true
+drtrain_run drtrain_cnn_fashion-mnist "$OUTDIR/cnn_fashion-mnist.jsonl" --model cnn "${FM[@]}" --epochs 1 --max-steps "$FM_STEPS" --eval true
+# Variants (metrics in logs.tar.gz): --overlap (the exchange during backward and forward), TF32
+# tensor cores (what PyTorch's convolutions use by default), and the residual network.
+CAP=60
+drtrain_run drtrain_cnn_synthetic_overlap "$LOGS/cnn_synthetic_overlap.jsonl" --model cnn "${SYN[@]}" --overlap true
+drtrain_run drtrain_cnn_synthetic_tf32 "$LOGS/cnn_synthetic_tf32.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true
+drtrain_run drtrain_cnn_synthetic_tf32_overlap "$LOGS/cnn_synthetic_tf32_overlap.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true
+# The exchange itself: bf16 on the wire, and more PS ranks (the host's cores apply the update and
+# take the accumulates in parallel; striped, the big fc1 layer is spread over all of them).
+drtrain_run drtrain_cnn_synthetic_tf32_overlap_bf16 "$LOGS/cnn_synthetic_tf32_overlap_bf16.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --wire bf16
+PS=2 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps2 "$LOGS/cnn_synthetic_tf32_overlap_ps2.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
+PS=4 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps4 "$LOGS/cnn_synthetic_tf32_overlap_ps4.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
+PS=4 drtrain_run drtrain_cnn_synthetic_tf32_ps4 "$LOGS/cnn_synthetic_tf32_ps4.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --shard-plan striped
+drtrain_run drtrain_resnet20_synthetic "$LOGS/resnet20_synthetic.jsonl" --model resnet20 "${SYN[@]}"
+drtrain_run drtrain_resnet20_synthetic_overlap "$LOGS/resnet20_synthetic_overlap.jsonl" --model resnet20 "${SYN[@]}" --overlap true
+
+# --overlap on the GPU computes exactly what the sequential step does: with --deterministic
+# (per-worker slots, deterministic cuDNN algorithms) two sequential runs give bitwise the same
+# final checkpoint (the control), and the overlapped run must give that same checkpoint too.
+overlap_equivalence() {
+  local k dirs=() files=()
+  for k in seq1 seq2 overlap; do
+    local extra=()
+    [[ $k == overlap ]] && extra=(--overlap true --bucket-kib 64)
+    rm -rf "$WORK/ck_$k"
+    drtrain_run "equivalence_$k" "$LOGS/equivalence_$k.jsonl" --model cnn "${FM[@]}" --epochs 1 --max-steps 40 \
+      --eval false --deterministic --checkpoint-dir "$WORK/ck_$k" "${extra[@]}"
+    files+=("$(ls -t "$WORK/ck_$k"/*.h5 2>/dev/null | head -1)")
+  done
+  if [[ -z ${files[0]} || -z ${files[1]} || -z ${files[2]} ]]; then
+    record overlap_equivalence failed 1 "a run left no checkpoint (see steps equivalence_*)" 0; return
+  fi
+  run_step overlap_equivalence_control 30 -- "$B/bin/drtrain-ckpt" diff "${files[0]}" "${files[1]}"
+  local control=$RC
+  run_step overlap_equivalence 30 -- "$B/bin/drtrain-ckpt" diff "${files[0]}" "${files[2]}"
+  if [[ $control != 0 ]]; then
+    record overlap_equivalence failed "$control" "the control (two sequential --deterministic runs) differs: the GPU run is not reproducible, so the comparison says nothing" "$STEP_S"
+  elif [[ $RC == 0 ]]; then
+    record overlap_equivalence passed 0 "--overlap true equals the sequential step bitwise after 40 steps (control: two sequential runs equal)" "$STEP_S"
+  else
+    record overlap_equivalence failed "$RC" "--overlap true ends with other parameters than the sequential step: $(grep -v '^ *0' "$LOGS/overlap_equivalence.log" | head -3 | tr '\n' ' ' | cut -c1-300)" "$STEP_S"
+  fi
+}
+overlap_equivalence
 
 # (d) PyTorch peer on the same GPU, same model, batch and step windows (host environment).
 PEER=$ROOT/bench/peers/torch_train.py
@@ -303,14 +348,15 @@ else
     record torch_cuda skipped "$RC" "no torch here: $(tail -1 "$LOGS/torch_cuda.log")" "$STEP_S"
   else record torch_cuda failed "$RC" "torch cannot use the GPU: ${REASON:-$(tail -1 "$LOGS/torch_cuda.log")}" "$STEP_S"; fi
 fi
-torch_run() {  # dataset timed-steps
-  local dataset=$1 steps=$2 name=torch_cnn_$1
+torch_run() {  # step-name model dataset timed-steps [extra peer args]
+  local name=$1 model=$2 dataset=$3 steps=$4
+  shift 4
   [[ $TORCH_OK == 1 ]] || { record "$name" skipped -1 "torch not usable (see step torch_cuda)" 0; return; }
   local data=()
   [[ $dataset == fashion-mnist ]] && data=(--data-dir "$B/data/fashion-mnist")
   run_step "$name" 90 -- env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD" PYTHONUNBUFFERED=1 python3 "$PEER" \
-    --device "$DEVICE" --model cnn --dataset "$dataset" "${data[@]}" --batch-size "$BATCH" \
-    --warmup "$WARM" --steps "$steps" --threads "$(( $(nproc) < 4 ? $(nproc) : 4 ))"
+    --device "$DEVICE" --model "$model" --dataset "$dataset" "${data[@]}" --batch-size "$BATCH" \
+    --warmup "$WARM" --steps "$steps" --threads "$(( $(nproc) < 4 ? $(nproc) : 4 ))" "$@"
   if [[ $RC == 0 ]] && grep '^{"peer": "torch"' "$LOGS/$name.log" >/dev/null; then
     record "$name" passed 0 "$(grep '^{"peer": "torch"' "$LOGS/$name.log" | tail -1 | cut -c1-200)" "$STEP_S"
   elif [[ $RC == -1 ]]; then record "$name" skipped -1 "$REASON" 0
@@ -318,8 +364,12 @@ torch_run() {  # dataset timed-steps
 }
 # Timed windows as drtrain's steady figures: synthetic steps WARM+1..SYN_STEPS; Fashion-MNIST one
 # epoch of 60000 / 256 = 234 steps, the records at WARM, 2 WARM, ..., 200 and the last at 234.
-torch_run synthetic $((SYN_STEPS - WARM))
-if [[ $FM_STEPS == 0 ]]; then torch_run fashion-mnist $((60000 / BATCH - WARM)); else torch_run fashion-mnist $((FM_STEPS - WARM)); fi
+torch_run torch_cnn_synthetic cnn synthetic $((SYN_STEPS - WARM))
+if [[ $FM_STEPS == 0 ]]; then torch_run torch_cnn_fashion-mnist cnn fashion-mnist $((60000 / BATCH - WARM))
+else torch_run torch_cnn_fashion-mnist cnn fashion-mnist $((FM_STEPS - WARM)); fi
+# PyTorch's best settings on a GPU: cuDNN autotuning on (TF32 convolutions are its default).
+torch_run torch_cnn_synthetic_benchmark cnn synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
+torch_run torch_resnet20_synthetic_benchmark resnet20 synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
 
 # ---------------------------------------------------------------------------------------------
 # (e) summary.json
@@ -401,15 +451,14 @@ if os.path.exists(kpath):
             kernels = {"error": f"kernels.json unreadable: {e}"}
 
 
-def drtrain_figures(dataset):
-    name = f"drtrain_cnn_{dataset}"
+def drtrain_figures(name, metrics):
     res = {"status": steps.get(name, {}).get("status")}
     summary = None
     for line in read(os.path.join(logs, f"{name}.log")).splitlines():
         if line.startswith('{"summary":true'):
             summary = json.loads(line)
     records, evals = [], []
-    for line in read(os.path.join(out, f"cnn_{dataset}.jsonl")).splitlines():
+    for line in read(metrics).splitlines():
         try:
             r = json.loads(line)
         except ValueError:
@@ -452,8 +501,7 @@ def drtrain_figures(dataset):
     return res
 
 
-def torch_figures(dataset):
-    name = f"torch_cnn_{dataset}"
+def torch_figures(name):
     res = {"status": steps.get(name, {}).get("status")}
     for line in read(os.path.join(logs, f"{name}.log")).splitlines():
         if line.startswith('{"peer": "torch"'):
@@ -462,10 +510,26 @@ def torch_figures(dataset):
     return res
 
 
+# key: (drtrain step, its metrics, the torch step it is compared with)
+configs = {
+    "synthetic": ("drtrain_cnn_synthetic", os.path.join(out, "cnn_synthetic.jsonl"), "torch_cnn_synthetic"),
+    "fashion-mnist": ("drtrain_cnn_fashion-mnist", os.path.join(out, "cnn_fashion-mnist.jsonl"), "torch_cnn_fashion-mnist"),
+    "synthetic_overlap": ("drtrain_cnn_synthetic_overlap", os.path.join(logs, "cnn_synthetic_overlap.jsonl"), "torch_cnn_synthetic"),
+    "synthetic_tf32": ("drtrain_cnn_synthetic_tf32", os.path.join(logs, "cnn_synthetic_tf32.jsonl"), "torch_cnn_synthetic_benchmark"),
+    "synthetic_tf32_overlap": ("drtrain_cnn_synthetic_tf32_overlap", os.path.join(logs, "cnn_synthetic_tf32_overlap.jsonl"), "torch_cnn_synthetic_benchmark"),
+    "synthetic_tf32_overlap_bf16": ("drtrain_cnn_synthetic_tf32_overlap_bf16", os.path.join(logs, "cnn_synthetic_tf32_overlap_bf16.jsonl"), "torch_cnn_synthetic_benchmark"),
+    "synthetic_tf32_overlap_ps2": ("drtrain_cnn_synthetic_tf32_overlap_ps2", os.path.join(logs, "cnn_synthetic_tf32_overlap_ps2.jsonl"), "torch_cnn_synthetic_benchmark"),
+    "synthetic_tf32_overlap_ps4": ("drtrain_cnn_synthetic_tf32_overlap_ps4", os.path.join(logs, "cnn_synthetic_tf32_overlap_ps4.jsonl"), "torch_cnn_synthetic_benchmark"),
+    "synthetic_tf32_ps4": ("drtrain_cnn_synthetic_tf32_ps4", os.path.join(logs, "cnn_synthetic_tf32_ps4.jsonl"), "torch_cnn_synthetic_benchmark"),
+    "resnet20_synthetic": ("drtrain_resnet20_synthetic", os.path.join(logs, "resnet20_synthetic.jsonl"), "torch_resnet20_synthetic_benchmark"),
+    "resnet20_synthetic_overlap": ("drtrain_resnet20_synthetic_overlap", os.path.join(logs, "resnet20_synthetic_overlap.jsonl"), "torch_resnet20_synthetic_benchmark"),
+}
 training = {}
-for ds in ("synthetic", "fashion-mnist"):
-    d, t = drtrain_figures(ds), torch_figures(ds)
-    entry = {"drtrain": d, "torch": t}
+for ds, (dname, dmetrics, tname) in configs.items():
+    if dname not in steps:
+        continue
+    d, t = drtrain_figures(dname, dmetrics), torch_figures(tname)
+    entry = {"drtrain": d, "torch": t, "torch_step": tname}
     if d.get("samples_per_s") and t.get("samples_per_s"):
         entry["ratio_drtrain_over_torch"] = d["samples_per_s"] / t["samples_per_s"]
     training[ds] = entry
@@ -477,7 +541,7 @@ summary = {
     "overall": "failed" if failed else ("incomplete" if skipped else "passed"),
     "failed_steps": failed, "skipped_steps": skipped,
     "host": host, "steps": steps, "gpu_tests": tests, "kernels": kernels,
-    "training": {"model": "cnn", "batch_size": batch, "warmup_steps": warm, **training},
+    "training": {"batch_size": batch, "warmup_steps": warm, **training},
 }
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=1)
@@ -498,8 +562,8 @@ if isinstance(kernels, dict) and isinstance(kernels.get("kernels"), list):
 for ds, e in training.items():
     d, t = e["drtrain"], e["torch"]
     fmt = lambda x: f"{x:,.0f}" if isinstance(x, (int, float)) else "-"
-    print(f'{ds:14} drtrain {fmt(d.get("samples_per_s"))} samples/s (whole loop {fmt(d.get("samples_per_s_whole_loop"))})'
-          f'  torch {fmt(t.get("samples_per_s"))}  ratio {e.get("ratio_drtrain_over_torch", float("nan")):.2f}'
+    print(f'{ds:26} drtrain {fmt(d.get("samples_per_s"))} samples/s (whole loop {fmt(d.get("samples_per_s_whole_loop"))})'
+          f'  {e["torch_step"]} {fmt(t.get("samples_per_s"))}  ratio {e.get("ratio_drtrain_over_torch", float("nan")):.2f}'
           + (f'  test acc {d["test_accuracy"]:.4f}' if d.get("test_accuracy") else ""))
     if d.get("ms_per_step_avg"):
         print("    drtrain ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in d["ms_per_step_avg"].items()))

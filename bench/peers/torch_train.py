@@ -66,6 +66,8 @@ def parse_args(argv=None):
                    help="where the model trains (cuda: --ranks 1 only)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per process (also OPENBLAS/OMP/MKL_NUM_THREADS)")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="--device cuda: let cuDNN time its algorithms and keep the fastest (torch.backends.cudnn.benchmark)")
     p.add_argument("--channels-last", action="store_true",
                    help="convolutional models in torch.channels_last memory format (often faster on CPU)")
     p.add_argument("--omp-wait-policy", choices=["default", "passive", "active"], default="default",
@@ -268,6 +270,8 @@ def train(rank, a, port):
     device = torch.device(a.device)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    if a.device == "cuda":
+        torch.backends.cudnn.benchmark = a.cudnn_benchmark
     model = make_model(a.model).to(device)
     if a.channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -334,7 +338,9 @@ def train(rank, a, port):
             "device": a.device, "channels_last": a.channels_last,
             **({"gpu": torch.cuda.get_device_name(0), "torch_cuda": torch.version.cuda,
                 "cudnn": torch.backends.cudnn.version(),
-                "cudnn_benchmark": torch.backends.cudnn.benchmark} if a.device == "cuda" else {}),
+                "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+                "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32} if a.device == "cuda" else {}),
         }), flush=True)
     if ddp:
         dist.destroy_process_group()

@@ -17,15 +17,22 @@ class HostTowerGroup final : public TowerGroup {
   HostTowerGroup(std::vector<TowerSlot> towers, std::size_t n) : towers_(std::move(towers)), n_(n) {}
 
   const float* sum_gradients() override {
-    float* sum = towers_[0].grads;
-    for (std::size_t t = 1; t < towers_.size(); ++t) towers_[0].device->axpby(1.0f, towers_[t].grads, 1.0f, sum, n_);
-    return sum;
+    sum_gradients_to_host(0, n_);
+    return gradients_host();
   }
   float* parameter_staging() override { return towers_[0].params; }
-  void load_parameters() override {
+  void sum_gradients_to_host(std::size_t begin, std::size_t end) override {
+    float* sum = towers_[0].grads + begin;
     for (std::size_t t = 1; t < towers_.size(); ++t)
-      towers_[t].device->copy(towers_[t].params, towers_[0].params, n_ * sizeof(float));
+      towers_[0].device->axpby(1.0f, towers_[t].grads + begin, 1.0f, sum, end - begin);
   }
+  void await_gradients(std::size_t /*begin*/, std::size_t /*end*/) override {}  // done when queued
+  const float* gradients_host() override { return towers_[0].grads; }
+  void load_parameters(std::size_t begin, std::size_t end) override {
+    for (std::size_t t = 1; t < towers_.size(); ++t)
+      towers_[t].device->copy(towers_[t].params + begin, towers_[0].params + begin, (end - begin) * sizeof(float));
+  }
+  std::size_t size() const override { return n_; }
   std::string describe() const override { return "host memory (tower 0's buffers are the exchange's)"; }
 
  private:

@@ -30,7 +30,12 @@ ShardPlan ExchangeConfig::shard_plan_for(std::size_t total, int num_ps, int num_
   const std::size_t block = chunk_bytes_for(num_nodes) / sizeof(float);
   const std::size_t even = (total + static_cast<std::size_t>(num_ps) - 1) / static_cast<std::size_t>(num_ps);
   const std::size_t align = ShardPlan::kAlignElems;
-  return ShardPlan::striped(total, num_ps, std::max<std::size_t>(1, std::min(block, (even + align - 1) / align * align)));
+  // Whole blocks per span, as few as keep the span count within kMaxStripedSpans (checkpoints
+  // store the boundaries in their header).
+  const std::size_t per_span = block * std::max<std::size_t>(1, (total + ShardPlan::kMaxStripedSpans * block - 1) /
+                                                                     (ShardPlan::kMaxStripedSpans * block));
+  return ShardPlan::striped(total, num_ps,
+                            std::max<std::size_t>(1, std::min(per_span, (even + align - 1) / align * align)));
 }
 
 SyncMode parse_sync_mode(const std::string& text) {

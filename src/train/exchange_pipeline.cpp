@@ -174,6 +174,11 @@ void ExchangePipeline::run() {
 
 void ExchangePipeline::push(const Task& task) {
   const Range& range = task.range;
+  if (gate_) {
+    const double g0 = now_seconds();
+    gate_(range.first, range.second);
+    timeline_.span("gradient to host", g0, now_seconds(), task.step, Timeline::kExchangeTrack);
+  }
   const double t0 = now_seconds();
   // The gradient buffer stays untouched until the next step's begin_step(), which waits for
   // finish_push(): by then every block is announced, so flushed (complete at the PS).

@@ -2,7 +2,9 @@
 // leave while backward still runs and the next forward starts before the last parameters are in.
 //
 //   compute thread                              exchange thread (the only one calling MPI meanwhile)
-//   backward of layer k -> grads_ready(range)   push every complete bucket (queued ones merged
+//   backward of layer k -> grads_ready(range)   wait for the range on the host (the gate: GPU
+//                                               towers copy it there asynchronously), then
+//                                               push every complete bucket (queued ones merged
 //                                               into one range: round-robin over its PS); the
 //                                               blocks the PS have already published come back
 //                                               meanwhile (WorkerExchange::pull_during_push)
@@ -66,6 +68,11 @@ class ExchangePipeline {
   // the thread owns MPI). Set before the first step.
   void set_after_pull(std::function<void(std::int64_t step)> hook) { after_pull_ = std::move(hook); }
 
+  // Runs on the exchange thread before it pushes [begin, end): blocks until that part of the
+  // gradient is in the host buffer (GPU towers copy it there asynchronously). Set before the
+  // first step.
+  void set_gradient_gate(std::function<void(std::size_t begin, std::size_t end)> gate) { gate_ = std::move(gate); }
+
   const std::vector<Range>& buckets() const { return buckets_; }
   // Seconds the compute thread was blocked by the exchange (await_params, drain), since the
   // last call.
@@ -92,6 +99,7 @@ class ExchangePipeline {
   float* params_;
   Timeline& timeline_;
   std::function<void(std::int64_t)> after_pull_;
+  std::function<void(std::size_t, std::size_t)> gate_;
 
   // Compute thread only.
   std::size_t ready_from_;           // [ready_from_, total) has reported this step

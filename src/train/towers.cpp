@@ -3,7 +3,9 @@
 // gradients and spreads the pulled parameters (loops on the CPU, NCCL on GPUs).
 //
 // On GPUs every tower's work is queued on its own stream before any host wait, so the towers
-// compute concurrently while one host thread drives them.
+// compute concurrently while one host thread drives them. With --overlap's layer hooks the host
+// waits before a layer's forward until its parameters are pulled (the GPU runs the layers queued
+// before it meanwhile).
 #include "drtrain/train/towers.hpp"
 
 #include <algorithm>
@@ -77,6 +79,7 @@ class DeviceTowers final : public Towers {
 
   backend::LossSums compute(const data::WorkerBatch& batch, float grad_scale, const nn::Pass& pass) override {
     DRT_ASSERT(static_cast<int>(batch.towers.size()) == count(), "batch parts != towers");
+    loaded_end_ = 0;
     for (int t = 0; t < count(); ++t) {  // queue every tower's step first ...
       const data::TowerBatch& part = batch.towers[static_cast<std::size_t>(t)];
       const auto [x, y] = tower(t).upload(part.images.data(), part.labels.data(), part.count, image_);
@@ -99,24 +102,23 @@ class DeviceTowers final : public Towers {
 
   ComputeSplit last_compute_split() const override { return split_; }
 
-  bool supports_layer_hooks() const override { return plan_.kind == backend::DeviceKind::kCpu; }
-
+  // A range's parameters go to every tower at the first forward that needs them in a step
+  // (tower 0's, unless it has no samples). The last tower's backward of a range is the last one
+  // run or queued: the sum over the towers starts then.
   void set_layer_hooks(const nn::LayerHooks& hooks) override {
-    DRT_ASSERT(supports_layer_hooks() || (!hooks.before_forward && !hooks.grads_ready),
-               "per-layer hooks on towers that queue their work");
     for (int t = 0; t < count(); ++t) {
       nn::LayerHooks mine;
       if (hooks.before_forward) {
-        mine.before_forward = [this, t, needed = hooks.before_forward](std::size_t b, std::size_t e) {
+        mine.before_forward = [this, needed = hooks.before_forward](std::size_t b, std::size_t e) {
+          if (e <= loaded_end_) return;  // forward walks the ranges in ascending order
           needed(b, e);
-          if (t > 0)  // tower 0's parameters are the staging buffer
-            tower(t).device->copy(tower(t).params.floats() + b, tower(0).params.floats() + b, (e - b) * sizeof(float));
+          group_->load_parameters(b, e);
+          loaded_end_ = e;
         };
       }
-      if (hooks.grads_ready && t == count() - 1) {  // the towers run one after the other: the last one completes
+      if (hooks.grads_ready && t == count() - 1) {
         mine.grads_ready = [this, ready = hooks.grads_ready](std::size_t b, std::size_t e) {
-          float* sum = tower(0).grads.floats() + b;  // tower 0's gradient is the combined buffer
-          for (int u = 1; u < count(); ++u) tower(0).device->axpby(1.0f, tower(u).grads.floats() + b, 1.0f, sum, e - b);
+          group_->sum_gradients_to_host(b, e);
           ready(b, e);
         };
       }
@@ -124,10 +126,8 @@ class DeviceTowers final : public Towers {
     }
   }
 
-  const float* hooked_gradients() override {
-    DRT_ASSERT(supports_layer_hooks(), "hooked_gradients() on towers without layer hooks");
-    return tower(0).grads.floats();
-  }
+  const float* hooked_gradients() override { return group_->gradients_host(); }
+  void await_gradients(std::size_t begin, std::size_t end) override { group_->await_gradients(begin, end); }
 
   const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const override {
     return towers_[0]->network.param_ranges();
@@ -154,6 +154,7 @@ class DeviceTowers final : public Towers {
   std::vector<std::unique_ptr<Tower>> towers_;
   std::unique_ptr<backend::TowerGroup> group_;
   ComputeSplit split_;
+  std::size_t loaded_end_ = 0;  // with layer hooks: parameters [0, loaded_end_) are in every tower this step
 };
 
 }  // namespace

@@ -261,7 +261,6 @@ class WorkerLoop {
     DRT_MPI_CHECK(MPI_Query_thread(&level));
     std::string why_not;
     if (relaxed_) why_not = str("--sync-mode ", ps::to_string(job_.config.exchange.mode), " is not pipelined yet");
-    else if (!towers_->supports_layer_hooks()) why_not = "GPU towers queue their work (not yet on GPUs)";
     else if (job_.config.exchange.sync != ps::RmaSync::kPassive) why_not = "--rma-sync fence pulls in one epoch";
     else if (level < MPI_THREAD_SERIALIZED) why_not = "the MPI library does not provide MPI_THREAD_SERIALIZED";
     if (!why_not.empty()) {
@@ -274,6 +273,9 @@ class WorkerLoop {
     nn::LayerHooks hooks;
     hooks.before_forward = [this](std::size_t b, std::size_t e) { pipeline_->await_params(b, e); };
     hooks.grads_ready = [this](std::size_t b, std::size_t e) { pipeline_->grads_ready(b, e); };
+    // GPU towers report a range when its backward is queued; the exchange thread waits for its
+    // copy to the host before pushing it.
+    pipeline_->set_gradient_gate([this](std::size_t b, std::size_t e) { towers_->await_gradients(b, e); });
     // Step s is pulled: vote on it, and receive the verdict on s - 1 (complete by now: every rank
     // cast it before step s could be applied), which stop_verdict() reads without MPI.
     pipeline_->set_after_pull([this](std::int64_t step) {
@@ -513,6 +515,9 @@ class WorkerLoop {
   void evaluate(std::int64_t step, int epoch, bool epoch_end = true) {
     comm::Watchdog::beat("evaluation");
     drain();
+    // With --overlap the towers take each layer's parameters at their next forward; the test
+    // set needs them now (on the CPU, tower 0's are already in place).
+    if (pipeline_) towers_->load_parameters();
     const double start = now_seconds();
     // The part is read in pieces (a test set need not fit in memory), through the same source
     // and normalisation as training, without augmentation.

@@ -69,7 +69,8 @@ def main():
         if attr("format_version") != 1 or attr("complete") != 1:
             problems.append("format_version or complete is not 1")
         bounds = np.asarray(f.attrs["shard_boundaries"])
-        if len(bounds) != attr("num_ps") + 1 or bounds[0] != 0:
+        # Span boundaries: num_ps + 1 for a contiguous plan, more for a striped one.
+        if len(bounds) < attr("num_ps") + 1 or bounds[0] != 0 or np.any(np.diff(bounds.astype(np.int64)) < 0):
             problems.append("shard_boundaries do not match num_ps")
         optimizer = attr("optimizer")
         slots = {"sgd": ["momentum"], "adam": ["exp_avg", "exp_avg_sq"], "adamw": ["exp_avg", "exp_avg_sq"]}[optimizer]

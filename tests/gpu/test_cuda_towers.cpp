@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "drtrain/backend/cuda_backend.hpp"
@@ -59,9 +61,20 @@ TEST(CudaTowers, TowerGroupSumsAndBroadcastsAcrossAllVisibleGpus) {
 }
 
 // Steps of training with towers, the optimizer applied on the host to the combined gradient.
-std::vector<float> train_steps(const nn::ModelSpec& spec, const train::DevicePlan& plan, int towers, int steps) {
+// hooked: as --overlap drives them, through per-layer hooks: each layer's parameters are loaded
+// just before its forward, each layer's gradient summed and copied to the host as its backward
+// is queued, and another thread waits for the copies (as the exchange thread does).
+std::vector<float> train_steps(const nn::ModelSpec& spec, const train::DevicePlan& plan, int towers, int steps,
+                               bool hooked = false) {
   const int per_tower = 16;
   auto t = train::make_towers(spec, plan, towers, per_tower);
+  std::vector<std::pair<std::size_t, std::size_t>> reported;
+  if (hooked) {
+    nn::LayerHooks hooks;
+    hooks.before_forward = [](std::size_t, std::size_t) {};  // the parameters are in the staging buffer
+    hooks.grads_ready = [&](std::size_t b, std::size_t e) { reported.emplace_back(b, e); };
+    t->set_layer_hooks(hooks);
+  }
   const std::size_t total = spec.layout().total();
   std::vector<float> params(total);
   spec.init_params(9, params.data());
@@ -81,12 +94,27 @@ std::vector<float> train_steps(const nn::ModelSpec& spec, const train::DevicePla
       part.labels = random_labels(part.count, spec.classes(), 400 + 10 * s + k);
       batch.towers.push_back(std::move(part));
     }
+    reported.clear();
     t->compute(batch, 1.0f / (towers * per_tower), nn::Pass{});
-    const float* grad = t->combine_gradients();
+    const float* grad = nullptr;
+    if (hooked) {
+      // Every layer reported once, last layer first, tiling [0, total).
+      std::size_t end = total;
+      for (const auto& [b, e] : reported) {
+        EXPECT_EQ(e, end) << "step " << s;
+        end = b;
+      }
+      EXPECT_EQ(end, 0u) << "step " << s;
+      std::thread waiter([&] { t->await_gradients(0, total); });
+      waiter.join();
+      grad = t->hooked_gradients();
+    } else {
+      grad = t->combine_gradients();
+    }
     opt->begin_step(s);
     opt->update(0, total, params.data(), grad, 1.0f);
     std::copy(params.begin(), params.end(), t->parameter_staging());
-    t->load_parameters();
+    if (!hooked) t->load_parameters();  // with hooks each forward takes its layers' parameters
   }
   return params;
 }
@@ -109,6 +137,28 @@ TEST(CudaTowers, TrainingOnGpuTowersMatchesCpuTowers) {
     EXPECT_TRUE(cnn ? testing_support::mostly_close(got, expected, 1e-4, got.size() / 500)
                     : all_close(got, expected, 1e-4))
         << model << " on " << towers << " GPU tower(s)";
+  }
+}
+
+// --overlap's path on GPUs (per-layer reduce and copy to the host, per-layer parameter loads)
+// computes exactly what the whole-buffer path does: with deterministic cuDNN algorithms the same
+// parameters bit for bit, on one tower and on two GPUs if there are two.
+TEST(CudaTowers, LayerHooksGiveTheSameTrainingBitwise) {
+  const int gpus = backend::query_cuda_devices().count;
+  for (const char* model : {"mlp", "cnn", "resnet20"}) {
+    const nn::ModelSpec spec = nn::ModelSpec::parse(model);
+    for (int towers = 1; towers <= std::min(2, gpus); ++towers) {
+      train::DevicePlan gpu;
+      gpu.kind = backend::DeviceKind::kCuda;
+      gpu.deterministic = true;
+      for (int g = 0; g < towers; ++g) gpu.gpus.push_back(g);
+      const std::vector<float> whole = train_steps(spec, gpu, towers, 4);
+      const std::vector<float> hooked = train_steps(spec, gpu, towers, 4, true);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < whole.size(); ++i) differ += whole[i] != hooked[i];
+      EXPECT_EQ(differ, 0u) << model << " on " << towers << " GPU tower(s): " << differ << " of " << whole.size()
+                            << " parameters differ";
+    }
   }
 }
 

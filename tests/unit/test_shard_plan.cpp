@@ -156,6 +156,13 @@ TEST(ShardPlan, ExchangeConfigStripesByBlock) {
   EXPECT_EQ(small.stripe(), 336u);  // ceil(1000 / 3) rounded up to 16
   for (int p = 0; p < 3; ++p) EXPECT_GT(small.shard_size(p), 0u);
   EXPECT_EQ(config.shard_plan_for(1000, 1, 1).stripe(), 0u);  // one PS: nothing to stripe
+  // A model of 2^30 floats across nodes: 32768-element blocks would make 32768 spans; the stripe
+  // widens to whole blocks so that there are at most kMaxStripedSpans (a checkpoint header
+  // holds their boundaries).
+  const ShardPlan big = config.shard_plan_for(std::size_t{1} << 30, 4, 2);
+  EXPECT_EQ(big.stripe() % ((128u << 10) / 4), 0u);
+  EXPECT_LE(big.boundaries().size() - 1, ShardPlan::kMaxStripedSpans);
+  EXPECT_EQ(big.boundaries().size() - 1, ShardPlan::kMaxStripedSpans);  // 2^30 / 2^20 exactly
 }
 
 TEST(ShardPlan, SplitMatchesOwners) {

@@ -30,7 +30,23 @@ class TowerGroup {
   virtual float* parameter_staging() = 0;
   // Gives every tower the parameters in parameter_staging(); work queued on a tower after this
   // sees them.
-  virtual void load_parameters() = 0;
+  void load_parameters() { load_parameters(0, size()); }
+
+  // Layer by layer (--overlap), instead of the whole-buffer calls above:
+  //   sum_gradients_to_host(b, e): queues the sum of the towers' gradients over [b, e) into
+  //     gradients_host(), after the work queued so far on every tower (that range's backward);
+  //     ranges of one step never overlap. On the CPU it is done when it returns; on GPUs the
+  //     reduce runs on the towers' streams and the copy on a copy stream, while the backward of
+  //     the layers before it goes on.
+  //   await_gradients(b, e): blocks until every range queued inside [b, e) is in gradients_host().
+  //     Any thread may call it (the exchange thread does, before it pushes the range).
+  //   load_parameters(b, e): gives every tower parameters [b, e) of parameter_staging(); work
+  //     queued later sees them.
+  virtual void sum_gradients_to_host(std::size_t begin, std::size_t end) = 0;
+  virtual void await_gradients(std::size_t begin, std::size_t end) = 0;
+  virtual const float* gradients_host() = 0;
+  virtual void load_parameters(std::size_t begin, std::size_t end) = 0;
+  virtual std::size_t size() const = 0;  // floats in each buffer
   virtual std::string describe() const = 0;
 };
 

@@ -122,7 +122,8 @@ struct ExchangeConfig {
   }
   bool per_worker_slots() const { return grad_push() == GradPush::kSlots; }
   // The shard plan of `total` elements over `num_ps` PS for a job on `num_nodes` nodes:
-  // balanced, or striped in spans of one block (chunk_bytes_for), so that every block is one
+  // balanced, or striped in spans of whole blocks (chunk_bytes_for: one block, or more when the
+  // plan would have over ShardPlan::kMaxStripedSpans spans), so that every block is one
   // contiguous range of the flat space; at most the balanced shard's size, so every PS gets one.
   ShardPlan shard_plan_for(std::size_t total, int num_ps, int num_nodes) const;
   // Whether the PS publishes looked-ahead parameters: ssp/async with SGD with momentum, and

@@ -31,6 +31,9 @@ class ShardPlan {
   // Shard boundaries fall on multiples of kAlignElems (64 bytes) whenever every shard still
   // gets at least 1024 elements; otherwise on single elements. Max imbalance: one alignment unit.
   static constexpr std::size_t kAlignElems = 16;
+  // ExchangeConfig::shard_plan_for widens the stripe so that a plan has at most this many spans
+  // (8 KiB of boundaries in a checkpoint's header).
+  static constexpr std::size_t kMaxStripedSpans = 1024;
 
   static ShardPlan balanced(std::size_t total, int num_shards);
   // Spans of `stripe` elements (the last one shorter), dealt round-robin over the shards.

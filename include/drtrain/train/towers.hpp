@@ -5,7 +5,7 @@
 //
 // This interface is what a worker's training loop sees. CPU towers run one after the other
 // (they share the process's BLAS threads); GPU towers run one per GPU, concurrently, and combine
-// with NCCL (backend/tower_group.hpp). Host buffers returned here are what the exchange pushes
+// with NCCL (backend/tower_group.hpp), also layer by layer with --overlap. Host buffers returned here are what the exchange pushes
 // from and pulls into.
 #pragma once
 
@@ -45,20 +45,21 @@ class Towers {
     double forward_s = 0.0, backward_s = 0.0;
   };
   virtual ComputeSplit last_compute_split() const = 0;
-  // Overlap with the exchange (--overlap): true when the towers can report per-layer events as
-  // they happen (CPU towers: their work is synchronous; GPU towers queue it, and report nothing).
-  virtual bool supports_layer_hooks() const = 0;
-  // Installs per-layer hooks over the worker's host buffers (empty functions remove them):
-  //   before_forward(b, e): before any tower reads parameters [b, e); when it returns they must
-  //     be in parameter_staging(); towers other than tower 0 then copy the range for themselves,
-  //     so load_parameters() is not needed.
-  //   grads_ready(b, e): the worker's gradient over [b, e) is final in the buffer
-  //     combine_gradients() returns (summed over the towers as the last tower's backward
-  //     passes), so combine_gradients() must not be called.
+  // Overlap with the exchange (--overlap). Installs per-layer hooks over the worker's host
+  // buffers (empty functions remove them):
+  //   before_forward(b, e): before any tower's forward reads parameters [b, e) (on GPUs: before
+  //     it is queued); when it returns they must be in parameter_staging(), and the towers take
+  //     the range from there, so load_parameters() is not needed.
+  //   grads_ready(b, e): the towers' backward over [b, e) has run (CPU) or is queued (GPU); the
+  //     sum over the towers is on its way to hooked_gradients() (on the CPU already there), and
+  //     await_gradients(b, e) blocks until it has landed. combine_gradients() must not be called.
   virtual void set_layer_hooks(const nn::LayerHooks& hooks) = 0;
   // With hooks: the host buffer holding the worker's gradient (what combine_gradients() would
   // return, without combining).
   virtual const float* hooked_gradients() = 0;
+  // With hooks: blocks until the gradient over [b, e) reported by grads_ready is in
+  // hooked_gradients(). Any thread may call it.
+  virtual void await_gradients(std::size_t begin, std::size_t end) = 0;
   // Each layer's parameter range, forward order (empty ranges for layers without parameters).
   virtual const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const = 0;
   // Forward-only loss over n host images (tower 0, in batches).

@@ -10,8 +10,11 @@
 // a few lines per call; the graph API would buy fusions we do not need yet. Algorithms are
 // chosen per shape by cudnnFind*Algorithm (it times every algorithm once, on first use of a
 // shape, batch size included, so an epoch's last partial batch pays one more search) rather than
-// by heuristics, keeping the fastest whose workspace fits kMaxWorkspace; with
-// --deterministic only algorithms cuDNN reports as deterministic qualify. Math: FMA only (exact
+// by heuristics, keeping the fastest whose workspace fits kMaxWorkspace. With --deterministic
+// only algorithms cuDNN reports as deterministic qualify, and they are ranked by its heuristics
+// (cudnnGet*Algorithm_v7), not timed: which algorithm times fastest varies from run to run, and
+// each rounds differently, so timing would break run-to-run reproducibility (measured on an H200:
+// two --deterministic CNN runs differed by 1e-2 after 40 steps). Math: FMA only (exact
 // float32, comparable with the CPU) unless TF32 is allowed (--cuda-tf32). Grouped (and
 // depthwise) convolutions are one cuDNN call with cudnnSetConvolutionGroupCount.
 //
@@ -67,7 +70,8 @@ void set_nchw(const TensorDesc& d, int n, int c, int h, int w) {
   DRT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
 }
 
-// Picks the first (fastest: cuDNN sorts by time) usable result of a cudnnFind*Algorithm call.
+// Picks the first usable result of a cudnnFind*Algorithm call (sorted by time: the fastest) or of
+// a cudnnGet*Algorithm_v7 call (sorted by cuDNN's heuristic ranking).
 template <typename Perf>
 Perf pick_algorithm(const std::vector<Perf>& results, int returned, bool deterministic, const char* what,
                     const Conv2dShape& s) {
@@ -481,18 +485,29 @@ class CudaBackend final : public Backend {
     DRT_CUDNN_CHECK(
         cudnnSetConvolutionMathType(p->conv.get(), options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     constexpr int kAsk = 16;  // more than cuDNN has algorithms of each kind
+    // Timing (Find) picks the fastest, but which one wins can change from run to run, and with it
+    // the rounding; --deterministic promises bitwise repeatable runs, so there the choice comes
+    // from cuDNN's heuristics (_v7: a fixed ranking for the shape, GPU and library version).
+    const bool timed = !options_.deterministic;
     int got = 0;
     std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd(kAsk);
-    DRT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(cudnn_, p->x.get(), p->w.get(), p->conv.get(), p->y.get(),
-                                                         kAsk, &got, fwd.data()));
+    DRT_CUDNN_CHECK(timed ? cudnnFindConvolutionForwardAlgorithm(cudnn_, p->x.get(), p->w.get(), p->conv.get(),
+                                                                 p->y.get(), kAsk, &got, fwd.data())
+                          : cudnnGetConvolutionForwardAlgorithm_v7(cudnn_, p->x.get(), p->w.get(), p->conv.get(),
+                                                                   p->y.get(), kAsk, &got, fwd.data()));
     const auto f = pick_algorithm(fwd, got, options_.deterministic, "forward", s);
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> bwd_data(kAsk);
-    DRT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, p->w.get(), p->y.get(), p->conv.get(), p->x.get(),
-                                                              kAsk, &got, bwd_data.data()));
+    DRT_CUDNN_CHECK(timed ? cudnnFindConvolutionBackwardDataAlgorithm(cudnn_, p->w.get(), p->y.get(), p->conv.get(),
+                                                                      p->x.get(), kAsk, &got, bwd_data.data())
+                          : cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_, p->w.get(), p->y.get(), p->conv.get(),
+                                                                        p->x.get(), kAsk, &got, bwd_data.data()));
     const auto d = pick_algorithm(bwd_data, got, options_.deterministic, "backward-data", s);
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bwd_filter(kAsk);
-    DRT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, p->x.get(), p->y.get(), p->conv.get(),
-                                                                p->w.get(), kAsk, &got, bwd_filter.data()));
+    DRT_CUDNN_CHECK(timed ? cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, p->x.get(), p->y.get(), p->conv.get(),
+                                                                        p->w.get(), kAsk, &got, bwd_filter.data())
+                          : cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x.get(), p->y.get(),
+                                                                          p->conv.get(), p->w.get(), kAsk, &got,
+                                                                          bwd_filter.data()));
     const auto b = pick_algorithm(bwd_filter, got, options_.deterministic, "backward-filter", s);
     p->forward = f.algo;
     p->backward_data = d.algo;
