@@ -3,24 +3,37 @@
 # NVIDIA GPU and the CUDA stack but no MPI, HDF5, Boost, compiler or network. It uses the bundle
 # that scripts/make_gpu_bundle.sh wrote to .gpu/drtrain-gpu.tar.{xz,gz} (see bench/gpu/README.md).
 #
-#   bash bench/gpu/run.sh OUTDIR [--device cuda|cpu] [--quick] [--budget SECONDS] [--bundle FILE]
+#   bash bench/gpu/run.sh OUTDIR [--device cuda|cpu] [--quick] [--budget SECONDS] [--rounds R]
+#                                [--bundle FILE]
 #
 #   --device cpu   run the training steps on the CPU (a dry run of the plumbing on a machine
 #                  without a GPU); default cuda
 #   --quick        few steps everywhere (plumbing checks)
 #   --budget S     wall-clock budget of the whole script (default 450 s); every step runs under
 #                  `timeout`, capped by what is left of the budget
+#   --rounds R     run the throughput configurations R times, round-robin (default 1); the
+#                  summary gives every round and the median of the drtrain/torch ratios
 #
 # Steps (each recorded as passed / failed / skipped with its exit status and reason; a failing
 # step never stops the script):
 #   unpack, host (nvidia-smi, glibc), glibc, ldd, loopback, mpi_smoke,
 #   gpu_tests        tests/drt_gpu_tests (gtest; exit 77 = no GPU -> skipped), XML report
 #   bench_kernels    drt_bench_kernels --json OUTDIR/kernels.json
+#   torch_cuda       whether the host's PyTorch sees the GPU
+#   equivalence_*, overlap_equivalence
+#                    three 40-step --deterministic CNN runs with checkpoints: two sequential ones
+#                    (the control: bitwise equal) and one with --overlap, which must equal them
+#                    (drtrain-ckpt diff, tolerance 0)
+#   per round (names of round k > 1 end in _rk):
 #   drtrain_cnn_synthetic, drtrain_cnn_fashion-mnist
 #                    mpirun -np 2 drtrain --num-ps 1 --device cuda --model cnn --batch-size 256
 #                    (synthetic: fixed steps, no eval; Fashion-MNIST: one epoch, with eval)
-#   torch_cuda, torch_cnn_synthetic, torch_cnn_fashion-mnist
+#   drtrain_cnn_synthetic_{overlap,tf32,tf32_overlap,tf32_overlap_bf16,tf32_overlap_ps2,
+#                    tf32_overlap_ps4,tf32_ps4}, drtrain_resnet20_synthetic{,_overlap}
+#                    the same with --overlap, --cuda-tf32, --wire bf16, 2 or 4 PS ranks (striped)
+#   torch_cnn_synthetic, torch_cnn_fashion-mnist, torch_{cnn,resnet20}_synthetic_benchmark
 #                    bench/peers/torch_train.py --device cuda, same model, batch and step windows
+#                    (_benchmark: cudnn.benchmark on, PyTorch's best setting)
 #
 # OUTDIR receives at most 8 files (the device tool returns no more): summary.json, run.log,
 # gpu_tests.xml, kernels.json, cnn_synthetic.jsonl, cnn_fashion-mnist.jsonl (drtrain --metrics),
@@ -29,13 +42,14 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-OUTDIR="" DEVICE=cuda QUICK=0 BUDGET=450 BUNDLE=""
+OUTDIR="" DEVICE=cuda QUICK=0 BUDGET=450 BUNDLE="" ROUNDS=1
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --device) DEVICE=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --budget) BUDGET=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --bundle) BUNDLE=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -281,57 +295,6 @@ drtrain_run() {  # step-name metrics-file drtrain-args... (PS=${PS:-1} PS ranks 
     record "$name" failed "$RC" "${REASON:-exit status $RC$([[ $RC == 0 ]] && echo ', no summary line'): $(grep -iE 'error|abort' "$LOGS/$name.log" | head -2 | tr '\n' ' ' | cut -c1-300)}" "$STEP_S"
   fi
 }
-FM=(--dataset fashion-mnist --data-dir "$B/data/fashion-mnist")
-# Synthetic: 300 steps run past the 234-step epoch, hence --epochs 2 (--max-steps stops it).
-SYN=(--dataset synthetic --epochs 2 --max-steps "$SYN_STEPS" --eval false)
-CAP=90
-drtrain_run drtrain_cnn_synthetic "$OUTDIR/cnn_synthetic.jsonl" --model cnn "${SYN[@]}"
-CAP=120
-drtrain_run drtrain_cnn_fashion-mnist "$OUTDIR/cnn_fashion-mnist.jsonl" --model cnn "${FM[@]}" --epochs 1 --max-steps "$FM_STEPS" --eval true
-# Variants (metrics in logs.tar.gz): --overlap (the exchange during backward and forward), TF32
-# tensor cores (what PyTorch's convolutions use by default), and the residual network.
-CAP=60
-drtrain_run drtrain_cnn_synthetic_overlap "$LOGS/cnn_synthetic_overlap.jsonl" --model cnn "${SYN[@]}" --overlap true
-drtrain_run drtrain_cnn_synthetic_tf32 "$LOGS/cnn_synthetic_tf32.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true
-drtrain_run drtrain_cnn_synthetic_tf32_overlap "$LOGS/cnn_synthetic_tf32_overlap.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true
-# The exchange itself: bf16 on the wire, and more PS ranks (the host's cores apply the update and
-# take the accumulates in parallel; striped, the big fc1 layer is spread over all of them).
-drtrain_run drtrain_cnn_synthetic_tf32_overlap_bf16 "$LOGS/cnn_synthetic_tf32_overlap_bf16.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --wire bf16
-PS=2 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps2 "$LOGS/cnn_synthetic_tf32_overlap_ps2.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
-PS=4 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps4 "$LOGS/cnn_synthetic_tf32_overlap_ps4.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
-PS=4 drtrain_run drtrain_cnn_synthetic_tf32_ps4 "$LOGS/cnn_synthetic_tf32_ps4.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --shard-plan striped
-drtrain_run drtrain_resnet20_synthetic "$LOGS/resnet20_synthetic.jsonl" --model resnet20 "${SYN[@]}"
-drtrain_run drtrain_resnet20_synthetic_overlap "$LOGS/resnet20_synthetic_overlap.jsonl" --model resnet20 "${SYN[@]}" --overlap true
-
-# --overlap on the GPU computes exactly what the sequential step does: with --deterministic
-# (per-worker slots, deterministic cuDNN algorithms) two sequential runs give bitwise the same
-# final checkpoint (the control), and the overlapped run must give that same checkpoint too.
-overlap_equivalence() {
-  local k dirs=() files=()
-  for k in seq1 seq2 overlap; do
-    local extra=()
-    [[ $k == overlap ]] && extra=(--overlap true --bucket-kib 64)
-    rm -rf "$WORK/ck_$k"
-    drtrain_run "equivalence_$k" "$LOGS/equivalence_$k.jsonl" --model cnn "${FM[@]}" --epochs 1 --max-steps 40 \
-      --eval false --deterministic --checkpoint-dir "$WORK/ck_$k" "${extra[@]}"
-    files+=("$(ls -t "$WORK/ck_$k"/*.h5 2>/dev/null | head -1)")
-  done
-  if [[ -z ${files[0]} || -z ${files[1]} || -z ${files[2]} ]]; then
-    record overlap_equivalence failed 1 "a run left no checkpoint (see steps equivalence_*)" 0; return
-  fi
-  run_step overlap_equivalence_control 30 -- "$B/bin/drtrain-ckpt" diff "${files[0]}" "${files[1]}"
-  local control=$RC
-  run_step overlap_equivalence 30 -- "$B/bin/drtrain-ckpt" diff "${files[0]}" "${files[2]}"
-  if [[ $control != 0 ]]; then
-    record overlap_equivalence failed "$control" "the control (two sequential --deterministic runs) differs: the GPU run is not reproducible, so the comparison says nothing" "$STEP_S"
-  elif [[ $RC == 0 ]]; then
-    record overlap_equivalence passed 0 "--overlap true equals the sequential step bitwise after 40 steps (control: two sequential runs equal)" "$STEP_S"
-  else
-    record overlap_equivalence failed "$RC" "--overlap true ends with other parameters than the sequential step: $(grep -v '^ *0' "$LOGS/overlap_equivalence.log" | head -3 | tr '\n' ' ' | cut -c1-300)" "$STEP_S"
-  fi
-}
-overlap_equivalence
-
 # (d) PyTorch peer on the same GPU, same model, batch and step windows (host environment).
 PEER=$ROOT/bench/peers/torch_train.py
 [[ -f $PEER ]] || PEER=$B/peers/torch_train.py
@@ -362,14 +325,77 @@ torch_run() {  # step-name model dataset timed-steps [extra peer args]
   elif [[ $RC == -1 ]]; then record "$name" skipped -1 "$REASON" 0
   else record "$name" failed "$RC" "${REASON:-exit status $RC: $(tail -1 "$LOGS/$name.log" | cut -c1-300)}" "$STEP_S"; fi
 }
-# Timed windows as drtrain's steady figures: synthetic steps WARM+1..SYN_STEPS; Fashion-MNIST one
-# epoch of 60000 / 256 = 234 steps, the records at WARM, 2 WARM, ..., 200 and the last at 234.
-torch_run torch_cnn_synthetic cnn synthetic $((SYN_STEPS - WARM))
-if [[ $FM_STEPS == 0 ]]; then torch_run torch_cnn_fashion-mnist cnn fashion-mnist $((60000 / BATCH - WARM))
-else torch_run torch_cnn_fashion-mnist cnn fashion-mnist $((FM_STEPS - WARM)); fi
-# PyTorch's best settings on a GPU: cuDNN autotuning on (TF32 convolutions are its default).
-torch_run torch_cnn_synthetic_benchmark cnn synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
-torch_run torch_resnet20_synthetic_benchmark resnet20 synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
+FM=(--dataset fashion-mnist --data-dir "$B/data/fashion-mnist")
+# Synthetic: 300 steps run past the 234-step epoch, hence --epochs 2 (--max-steps stops it).
+SYN=(--dataset synthetic --epochs 2 --max-steps "$SYN_STEPS" --eval false)
+# --overlap on the GPU computes exactly what the sequential step does: with --deterministic
+# (per-worker slots, deterministic cuDNN algorithms) two sequential runs give bitwise the same
+# final checkpoint (the control), and the overlapped run must give that same checkpoint too.
+overlap_equivalence() {
+  local k dirs=() files=()
+  for k in seq1 seq2 overlap; do
+    local extra=()
+    [[ $k == overlap ]] && extra=(--overlap true --bucket-kib 64)
+    rm -rf "$WORK/ck_$k"
+    drtrain_run "equivalence_$k" "$LOGS/equivalence_$k.jsonl" --model cnn "${FM[@]}" --epochs 1 --max-steps 40 \
+      --eval false --deterministic --checkpoint-dir "$WORK/ck_$k" "${extra[@]}"
+    files+=("$(ls -t "$WORK/ck_$k"/*.h5 2>/dev/null | head -1)")
+  done
+  if [[ -z ${files[0]} || -z ${files[1]} || -z ${files[2]} ]]; then
+    record overlap_equivalence failed 1 "a run left no checkpoint (see steps equivalence_*)" 0; return
+  fi
+  run_step overlap_equivalence_control 30 -- "$B/bin/drtrain-ckpt" diff "${files[0]}" "${files[1]}"
+  local control=$RC
+  run_step overlap_equivalence 30 -- "$B/bin/drtrain-ckpt" diff "${files[0]}" "${files[2]}"
+  if [[ $control != 0 ]]; then
+    record overlap_equivalence failed "$control" "the control (two sequential --deterministic runs) differs: the GPU run is not reproducible, so the comparison says nothing" "$STEP_S"
+  elif [[ $RC == 0 ]]; then
+    record overlap_equivalence passed 0 "--overlap true equals the sequential step bitwise after 40 steps (control: two sequential runs equal)" "$STEP_S"
+  else
+    record overlap_equivalence failed "$RC" "--overlap true ends with other parameters than the sequential step: $(grep -v '^ *0' "$LOGS/overlap_equivalence.log" | head -3 | tr '\n' ' ' | cut -c1-300)" "$STEP_S"
+  fi
+}
+CAP=60
+overlap_equivalence
+
+# Round k of the throughput runs: every drtrain configuration, then every torch one, so that a
+# drift of the shared machine's speed (seen: 1.5x between two runs an hour apart) shows as a
+# spread between rounds rather than as a ratio. Step names and metrics of round k > 1 end in _rk;
+# round 1's CNN metrics go to OUTDIR.
+metrics() { if [[ -z $R ]]; then echo "$OUTDIR/$1.jsonl"; else echo "$LOGS/$1$R.jsonl"; fi; }
+training_round() {
+  local R=$1
+  CAP=90
+  drtrain_run drtrain_cnn_synthetic$R "$(metrics cnn_synthetic)" --model cnn "${SYN[@]}"
+  CAP=120
+  drtrain_run drtrain_cnn_fashion-mnist$R "$(metrics cnn_fashion-mnist)" --model cnn "${FM[@]}" --epochs 1 --max-steps "$FM_STEPS" --eval true
+  # Variants (metrics in logs.tar.gz): --overlap (the exchange during backward and forward), TF32
+  # tensor cores (what PyTorch's convolutions use by default), and the residual network.
+  CAP=60
+  drtrain_run drtrain_cnn_synthetic_overlap$R "$LOGS/cnn_synthetic_overlap$R.jsonl" --model cnn "${SYN[@]}" --overlap true
+  drtrain_run drtrain_cnn_synthetic_tf32$R "$LOGS/cnn_synthetic_tf32$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true
+  drtrain_run drtrain_cnn_synthetic_tf32_overlap$R "$LOGS/cnn_synthetic_tf32_overlap$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true
+  # The exchange itself: bf16 on the wire, and more PS ranks (the host's cores apply the update and
+  # take the accumulates in parallel; striped, the big fc1 layer is spread over all of them).
+  drtrain_run drtrain_cnn_synthetic_tf32_overlap_bf16$R "$LOGS/cnn_synthetic_tf32_overlap_bf16$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --wire bf16
+  PS=2 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps2$R "$LOGS/cnn_synthetic_tf32_overlap_ps2$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
+  PS=4 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps4$R "$LOGS/cnn_synthetic_tf32_overlap_ps4$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
+  PS=4 drtrain_run drtrain_cnn_synthetic_tf32_ps4$R "$LOGS/cnn_synthetic_tf32_ps4$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --shard-plan striped
+  drtrain_run drtrain_resnet20_synthetic$R "$LOGS/resnet20_synthetic$R.jsonl" --model resnet20 "${SYN[@]}"
+  drtrain_run drtrain_resnet20_synthetic_overlap$R "$LOGS/resnet20_synthetic_overlap$R.jsonl" --model resnet20 "${SYN[@]}" --overlap true
+  # Timed windows as drtrain's steady figures: synthetic steps WARM+1..SYN_STEPS; Fashion-MNIST one
+  # epoch of 60000 / 256 = 234 steps, the records at WARM, 2 WARM, ..., 200 and the last at 234.
+  torch_run torch_cnn_synthetic$R cnn synthetic $((SYN_STEPS - WARM))
+  if [[ $FM_STEPS == 0 ]]; then torch_run torch_cnn_fashion-mnist$R cnn fashion-mnist $((60000 / BATCH - WARM))
+  else torch_run torch_cnn_fashion-mnist$R cnn fashion-mnist $((FM_STEPS - WARM)); fi
+  # PyTorch's best settings on a GPU: cuDNN autotuning on (TF32 convolutions are its default).
+  torch_run torch_cnn_synthetic_benchmark$R cnn synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
+  torch_run torch_resnet20_synthetic_benchmark$R resnet20 synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
+}
+for ((round = 1; round <= ROUNDS; round++)); do
+  log "training round $round of $ROUNDS"
+  training_round "$([[ $round == 1 ]] || echo "_r$round")"
+done
 
 # ---------------------------------------------------------------------------------------------
 # (e) summary.json
@@ -528,10 +554,29 @@ training = {}
 for ds, (dname, dmetrics, tname) in configs.items():
     if dname not in steps:
         continue
-    d, t = drtrain_figures(dname, dmetrics), torch_figures(tname)
-    entry = {"drtrain": d, "torch": t, "torch_step": tname}
-    if d.get("samples_per_s") and t.get("samples_per_s"):
-        entry["ratio_drtrain_over_torch"] = d["samples_per_s"] / t["samples_per_s"]
+    rounds = []
+    for r in range(1, 100):
+        sfx = "" if r == 1 else f"_r{r}"
+        if dname + sfx not in steps:
+            break
+        metrics = dmetrics if r == 1 else os.path.join(logs, os.path.basename(dmetrics)[:-6] + sfx + ".jsonl")
+        d, t = drtrain_figures(dname + sfx, metrics), torch_figures(tname + sfx)
+        rr = {"drtrain": d, "torch": t}
+        if d.get("samples_per_s") and t.get("samples_per_s"):
+            rr["ratio_drtrain_over_torch"] = d["samples_per_s"] / t["samples_per_s"]
+        rounds.append(rr)
+    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2
+    entry = dict(rounds[0], torch_step=tname, rounds=len(rounds))
+    if len(rounds) > 1:
+        entry["per_round"] = [{"drtrain_samples_per_s": x["drtrain"].get("samples_per_s"),
+                               "torch_samples_per_s": x["torch"].get("samples_per_s"),
+                               "ratio": x.get("ratio_drtrain_over_torch")} for x in rounds]
+        ratios = [x["ratio_drtrain_over_torch"] for x in rounds if "ratio_drtrain_over_torch" in x]
+        if ratios:
+            entry["ratio_drtrain_over_torch"] = med(ratios)  # the median of the rounds' ratios
+        sps = [x["drtrain"]["samples_per_s"] for x in rounds if x["drtrain"].get("samples_per_s")]
+        if sps:
+            entry["drtrain_samples_per_s_median"] = med(sps)
     training[ds] = entry
 
 failed = [k for k, v in steps.items() if v["status"] == "failed"]
@@ -565,6 +610,10 @@ for ds, e in training.items():
     print(f'{ds:26} drtrain {fmt(d.get("samples_per_s"))} samples/s (whole loop {fmt(d.get("samples_per_s_whole_loop"))})'
           f'  {e["torch_step"]} {fmt(t.get("samples_per_s"))}  ratio {e.get("ratio_drtrain_over_torch", float("nan")):.2f}'
           + (f'  test acc {d["test_accuracy"]:.4f}' if d.get("test_accuracy") else ""))
+    if e.get("per_round"):
+        print("    rounds (drtrain / torch samples/s, ratio): " + "; ".join(
+            f'{fmt(x["drtrain_samples_per_s"])} / {fmt(x["torch_samples_per_s"])}, {x["ratio"] or float("nan"):.2f}'
+            for x in e["per_round"]) + " (ratio above: their median; figures above: round 1)")
     if d.get("ms_per_step_avg"):
         print("    drtrain ms/step: " + ", ".join(f"{k} {v:.2f}" for k, v in d["ms_per_step_avg"].items()))
 print(f'overall: {summary["overall"]}' + (f' (failed: {", ".join(failed)})' if failed else ""))
