@@ -33,7 +33,7 @@ ShardPlan ExchangeConfig::shard_plan_for(std::size_t total, int num_ps, int num_
   // Whole blocks per span, as few as keep the span count within kMaxStripedSpans (checkpoints
   // store the boundaries in their header).
   const std::size_t per_span = block * std::max<std::size_t>(1, (total + ShardPlan::kMaxStripedSpans * block - 1) /
-                                                                     (ShardPlan::kMaxStripedSpans * block));
+                                                                    (ShardPlan::kMaxStripedSpans * block));
   return ShardPlan::striped(total, num_ps,
                             std::max<std::size_t>(1, std::min(per_span, (even + align - 1) / align * align)));
 }
@@ -152,8 +152,8 @@ std::string ExchangeConfig::describe(int num_nodes) const {
   return str("sync-mode ", to_string(mode), mode.per_gradient() ? ", lookahead " + to_string(lookahead) : std::string(),
              ", rma-sync ", to_string(sync), ", grad-push ", to_string(grad_push()),
              per_worker_slots() && !mode.relaxed() ? " (deterministic)" : "", ", wire ", to_string(wire),
-             ", shard plan ", to_string(plan),
-             ", chunks of ", human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
+             ", shard plan ", to_string(plan), ", chunks of ",
+             human_bytes(static_cast<double>(chunk_bytes_for(num_nodes))),
              chunk_bytes == 0 ? str(" (for ", num_nodes, num_nodes == 1 ? " node)" : " nodes)") : std::string(),
              ", hang timeout ", hang_timeout_s, " s");
 }

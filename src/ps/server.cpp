@@ -398,7 +398,8 @@ void ParameterServer::for_each_part(std::size_t offset, std::size_t n, const Opt
     auto s = std::partition_point(spans_.begin(), spans_.end(),
                                   [&](const ShardSpan& x) { return x.local + x.size() <= offset; });
     for (; s != spans_.end() && s->local < offset + n; ++s) {
-      const std::size_t a = std::max(s->local, offset) - offset, b = std::min(s->local + s->size(), offset + n) - offset;
+      const std::size_t a = std::max(s->local, offset) - offset,
+                        b = std::min(s->local + s->size(), offset + n) - offset;
       const std::size_t g = s->begin + (offset + a - s->local);
       for (const auto& [state_begin, state_end] : state_ranges_) {
         if (state_end <= g) continue;

@@ -63,8 +63,7 @@ ShardPlan ShardPlan::from_text(const std::string& text) {
   std::string magic, version, shards_field, total_field, last;
   in >> magic >> version >> shards_field >> total_field >> last;
   const bool v1 = version == "v1" && last == ":", v2 = version == "v2" && last.rfind("stripe=", 0) == 0;
-  if (magic != "shard-plan" || (!v1 && !v2) || shards_field.rfind("P=", 0) != 0 ||
-      total_field.rfind("total=", 0) != 0)
+  if (magic != "shard-plan" || (!v1 && !v2) || shards_field.rfind("P=", 0) != 0 || total_field.rfind("total=", 0) != 0)
     throw ConfigError(str("invalid shard plan text '", text, "'"));
   const int shards = static_cast<int>(parse_count(shards_field.substr(2), "shard count"));
   const auto total = static_cast<std::size_t>(parse_count(total_field.substr(6), "total"));
@@ -126,11 +125,11 @@ std::string ShardPlan::to_text() const {
 }
 
 std::string ShardPlan::describe(const ParamLayout& layout) const {
-  std::string out = str("shard plan: ", human_bytes(static_cast<double>(total()) * 4), " of parameters (", total(),
-                        " floats) over ", num_shards(), " PS",
-                        stripe_ != 0 ? str(", striped in spans of ", human_bytes(static_cast<double>(stripe_) * 4))
-                                     : std::string(),
-                        "\n");
+  std::string out =
+      str("shard plan: ", human_bytes(static_cast<double>(total()) * 4), " of parameters (", total(), " floats) over ",
+          num_shards(), " PS",
+          stripe_ != 0 ? str(", striped in spans of ", human_bytes(static_cast<double>(stripe_) * 4)) : std::string(),
+          "\n");
   for (int p = 0; p < num_shards(); ++p) {
     const std::vector<ShardSpan> mine = spans(p);
     std::vector<std::string> parts;
@@ -153,11 +152,11 @@ std::string ShardPlan::describe(const ParamLayout& layout) const {
       const std::size_t n = parts.size();
       parts = {parts[0], parts[1], parts[2], str("... (", n - 5, " more) ..."), parts[n - 2], parts[n - 1]};
     }
-    const std::string where = mine.size() == 1   ? str("[", mine[0].begin, ", ", mine[0].end, ")")
-                              : mine.empty()     ? std::string("[]")
-                                                 : str(mine.size(), " spans");
-    out += str("  PS ", p, ": ", where, " ", human_bytes(static_cast<double>(shard_size(p)) * 4), "  ", join(parts, " "),
-               "\n");
+    const std::string where = mine.size() == 1 ? str("[", mine[0].begin, ", ", mine[0].end, ")")
+                              : mine.empty()   ? std::string("[]")
+                                               : str(mine.size(), " spans");
+    out += str("  PS ", p, ": ", where, " ", human_bytes(static_cast<double>(shard_size(p)) * 4), "  ",
+               join(parts, " "), "\n");
   }
   return out;
 }

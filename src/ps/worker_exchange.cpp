@@ -47,7 +47,8 @@ std::vector<Chunk> WorkerExchange::chunks(std::size_t offset, std::size_t count)
     for (std::size_t e = piece.local; e < end;) {
       const int block = layout.block_of(e);
       const std::size_t stop = std::min({end, layout.block_begin(block) + layout.block_size(block), e + chunk_elems_});
-      out.push_back({piece.shard, block, e, piece.begin + (e - piece.local) - offset, static_cast<int>(stop - e), false});
+      out.push_back(
+          {piece.shard, block, e, piece.begin + (e - piece.local) - offset, static_cast<int>(stop - e), false});
       e = stop;
     }
   }

@@ -223,8 +223,7 @@ std::string TrainConfig::to_ini() const {
     << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
     << "\nwire = " << ps::to_string(exchange.wire) << "\nshard-plan = " << ps::to_string(exchange.plan)
-    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024
-    << "\nhang-timeout = " << exchange.hang_timeout_s
+    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << exchange.hang_timeout_s
     << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
     << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")
     << "\nbeta1 = " << optimizer.beta1 << "\nbeta2 = " << optimizer.beta2 << "\neps = " << optimizer.eps

@@ -27,7 +27,8 @@ Fashion-MNIST MLP.
                on PS 1 (which raises PS 0's request). Every rank exits 75, the chief
                says after which step S it stopped (one step after the furthest worker's push
                when PS 0 saw the request: past the signal's step, before the end), the PS
-               checkpoint of step S exists, and --resume trains from step S + 1 to 60 and exits 0
+               checkpoint of step S exists; after the first, --resume trains from step S + 1 to
+               60 and exits 0
 
 usage: sync_modes.py --bin BUILD/bin --mpiexec "mpiexec FLAGS" --work DIR CASE
 """
@@ -170,6 +171,8 @@ class Case:
             if not 10 < step < total or not os.path.exists(os.path.join(work, f"ckpt-{step:08d}.h5")):
                 print(out)
                 raise SystemExit(f"FAIL: {mode}: stopped after step {step} with {sorted(os.listdir(work))}")
+            if fault != "signal:2:10":
+                continue  # resuming works alike after every stop: once is enough (CI time)
             _, out = self.drtrain(4, *args, "--resume", ps=ps)
             expect(out, f"step {step + 1} of {total}", f"{mode}: the resume point")
             expect(out, f"({total}/{total})", f"{mode}: training to the end after the resume")

@@ -45,8 +45,8 @@ struct Case {
   RmaSync sync = RmaSync::kPassive;
   GradPush push = GradPush::kAccumulate;
   Wire wire = Wire::kFp32;
-  SyncMode mode;        // --sync-mode
-  Lookahead lookahead;  // --lookahead
+  SyncMode mode;                          // --sync-mode
+  Lookahead lookahead;                    // --lookahead
   PlanKind plan = PlanKind::kContiguous;  // --shard-plan
   std::size_t size = 1000;
   bool integer_grads = false;
@@ -59,9 +59,8 @@ struct Case {
 
   std::string name() const {
     return str(to_string(mode), "+", to_string(sync), "+", to_string(push), wire == Wire::kBf16 ? "+bf16" : "",
-               plan == PlanKind::kStriped ? "+striped" : "",
-               " n=", size, integer_grads ? " int" : "", buckets ? " buckets" : "", " ",
-               optim::to_string(optimizer.kind));
+               plan == PlanKind::kStriped ? "+striped" : "", " n=", size, integer_grads ? " int" : "",
+               buckets ? " buckets" : "", " ", optim::to_string(optimizer.kind));
   }
 };
 
@@ -321,8 +320,8 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
         const std::vector<double> want = float64_reference(c, workers);
         for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i)
           if (static_cast<double>(g_last_master[i]) != want[mine[i]])
-            detail = str(c.name(), ": PS master element ", mine[i], " is ", g_last_master[i], ", reference ",
-                         want[mine[i]]);
+            detail =
+                str(c.name(), ": PS master element ", mine[i], " is ", g_last_master[i], ", reference ", want[mine[i]]);
         const ServerStats& st = g_last_server_stats;
         if (detail.empty() && mode.kind != SyncKind::kBackup && st.gradients_applied != std::int64_t{workers} * c.steps)
           detail =
@@ -520,7 +519,8 @@ TEST_F(Exchange, StripedPlanMatchesTheContiguousPlan) {
     if (mine.size() != g_last_master.size()) detail = str(c.name(), ": shard of ", g_last_master.size(), " elements");
     for (std::size_t i = 0; i < mine.size() && detail.empty(); ++i)
       if (static_cast<double>(g_last_master[i]) != want[mine[i]])
-        detail = str(c.name(), ": PS master element ", mine[i], " is ", g_last_master[i], ", reference ", want[mine[i]]);
+        detail =
+            str(c.name(), ": PS master element ", mine[i], " is ", g_last_master[i], ", reference ", want[mine[i]]);
   }
   ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
 }

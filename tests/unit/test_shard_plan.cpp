@@ -38,7 +38,8 @@ void expect_invariants(std::size_t total, int shards) {
   const bool aligned = total / static_cast<std::size_t>(shards) >= 1024;
   if (aligned) {
     EXPECT_LE(largest - smallest, 2 * ShardPlan::kAlignElems + 1);
-    for (int p = 1; p < shards; ++p) EXPECT_EQ(plan.boundaries()[static_cast<std::size_t>(p)] % ShardPlan::kAlignElems, 0u);
+    for (int p = 1; p < shards; ++p)
+      EXPECT_EQ(plan.boundaries()[static_cast<std::size_t>(p)] % ShardPlan::kAlignElems, 0u);
   } else {
     EXPECT_LE(largest - smallest, 1u);
   }
@@ -150,7 +151,7 @@ TEST(ShardPlan, ExchangeConfigStripesByBlock) {
   ExchangeConfig config;
   EXPECT_EQ(config.shard_plan_for(1000000, 2, 1).stripe(), 0u);  // contiguous by default
   config.plan = PlanKind::kStriped;
-  EXPECT_EQ(config.shard_plan_for(1u << 24, 2, 1).stripe(), (1u << 20) / 4);  // 1 MiB blocks on one node
+  EXPECT_EQ(config.shard_plan_for(1u << 24, 2, 1).stripe(), (1u << 20) / 4);    // 1 MiB blocks on one node
   EXPECT_EQ(config.shard_plan_for(1u << 24, 2, 3).stripe(), (128u << 10) / 4);  // 128 KiB across nodes
   const ShardPlan small = config.shard_plan_for(1000, 3, 1);
   EXPECT_EQ(small.stripe(), 336u);  // ceil(1000 / 3) rounded up to 16

@@ -100,7 +100,7 @@ struct ExchangeConfig {
   GradPush push = GradPush::kAccumulate;  // read it through grad_push()
   Wire wire = Wire::kFp32;
   PlanKind plan = PlanKind::kContiguous;  // --shard-plan
-  bool deterministic = false;  // --deterministic: the same as push = kSlots
+  bool deterministic = false;             // --deterministic: the same as push = kSlots
   // Largest RMA operation and synchronisation block; 0 = by layout (chunk_bytes_for).
   std::size_t chunk_bytes = 0;
   double hang_timeout_s = 300.0;  // passive waits give up after this

@@ -5,8 +5,8 @@
 //
 // This interface is what a worker's training loop sees. CPU towers run one after the other
 // (they share the process's BLAS threads); GPU towers run one per GPU, concurrently, and combine
-// with NCCL (backend/tower_group.hpp), also layer by layer with --overlap. Host buffers returned here are what the exchange pushes
-// from and pulls into.
+// with NCCL (backend/tower_group.hpp), also layer by layer with --overlap. Host buffers returned here are what the
+// exchange pushes from and pulls into.
 #pragma once
 
 #include <cstdint>

@@ -505,9 +505,8 @@ class CudaBackend final : public Backend {
     std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> bwd_filter(kAsk);
     DRT_CUDNN_CHECK(timed ? cudnnFindConvolutionBackwardFilterAlgorithm(cudnn_, p->x.get(), p->y.get(), p->conv.get(),
                                                                         p->w.get(), kAsk, &got, bwd_filter.data())
-                          : cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x.get(), p->y.get(),
-                                                                          p->conv.get(), p->w.get(), kAsk, &got,
-                                                                          bwd_filter.data()));
+                          : cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn_, p->x.get(), p->y.get(), p->conv.get(),
+                                                                          p->w.get(), kAsk, &got, bwd_filter.data()));
     const auto b = pick_algorithm(bwd_filter, got, options_.deterministic, "backward-filter", s);
     p->forward = f.algo;
     p->backward_data = d.algo;
