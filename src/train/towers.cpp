@@ -60,6 +60,8 @@ struct Tower {
 
 class DeviceTowers final : public Towers {
  public:
+  using Range = std::pair<std::size_t, std::size_t>;
+
   DeviceTowers(const nn::ModelSpec& spec, const DevicePlan& plan, int towers, int max_batch)
       : image_(spec.input().per_sample()), max_batch_(max_batch), plan_(plan) {
     if (towers < 1) throw ConfigError(str("--towers must be at least 1 (got ", towers, ")"));
@@ -102,24 +104,33 @@ class DeviceTowers final : public Towers {
 
   ComputeSplit last_compute_split() const override { return split_; }
 
-  // A range's parameters go to every tower at the first forward that needs them in a step
-  // (tower 0's, unless it has no samples). The last tower's backward of a range is the last one
-  // run or queued: the sum over the towers starts then.
-  void set_layer_hooks(const nn::LayerHooks& hooks) override {
+  // Work goes per unit (the exchange's buckets: whole layers), not per layer: a unit's parameters
+  // go to every tower at the first forward in the step that needs any of them (tower 0's, unless
+  // it has no samples), and its gradient is summed over the towers and reported once its lowest
+  // layer's backward has run or been queued on the last tower (layers report last first, so the
+  // unit's other layers have). One wait, copy and event per unit keeps models of many small
+  // layers from paying per layer.
+  void set_layer_hooks(const nn::LayerHooks& hooks, const std::vector<Range>& units) override {
+    units_ = units;
+    DRT_ASSERT(units_.empty() || (units_.front().first == 0 && units_.back().second == param_ranges().back().second),
+               "hook units must tile the parameters");
     for (int t = 0; t < count(); ++t) {
       nn::LayerHooks mine;
       if (hooks.before_forward) {
         mine.before_forward = [this, needed = hooks.before_forward](std::size_t b, std::size_t e) {
-          if (e <= loaded_end_) return;  // forward walks the ranges in ascending order
-          needed(b, e);
-          group_->load_parameters(b, e);
-          loaded_end_ = e;
+          if (e <= loaded_end_) return;  // forward walks the layers in ascending order
+          const Range& u = unit_of(b);
+          needed(u.first, u.second);
+          group_->load_parameters(u.first, u.second);
+          loaded_end_ = u.second;
         };
       }
       if (hooks.grads_ready && t == count() - 1) {
-        mine.grads_ready = [this, ready = hooks.grads_ready](std::size_t b, std::size_t e) {
-          group_->sum_gradients_to_host(b, e);
-          ready(b, e);
+        mine.grads_ready = [this, ready = hooks.grads_ready](std::size_t b, std::size_t) {
+          const Range& u = unit_of(b);
+          if (b != u.first) return;  // the unit's lower layers are still to come
+          group_->sum_gradients_to_host(u.first, u.second);
+          ready(u.first, u.second);
         };
       }
       tower(t).network.set_hooks(std::move(mine));
@@ -153,7 +164,16 @@ class DeviceTowers final : public Towers {
   DevicePlan plan_;
   std::vector<std::unique_ptr<Tower>> towers_;
   std::unique_ptr<backend::TowerGroup> group_;
+  // The unit holding element `at` (units_ ascending, tiling the parameters).
+  const Range& unit_of(std::size_t at) const {
+    const auto it = std::upper_bound(units_.begin(), units_.end(), at,
+                                     [](std::size_t x, const Range& u) { return x < u.first; });
+    DRT_ASSERT(it != units_.begin(), "an element outside the hook units");
+    return *(it - 1);
+  }
+
   ComputeSplit split_;
+  std::vector<Range> units_;  // with layer hooks
   std::size_t loaded_end_ = 0;  // with layer hooks: parameters [0, loaded_end_) are in every tower this step
 };
 

@@ -205,7 +205,7 @@ class WorkerLoop {
     if (relaxed_) evaluated_last = evaluated_last_;
     if (pipeline_) {
       drain();
-      towers_->set_layer_hooks({});
+      towers_->set_layer_hooks({}, {});
       pipeline_.reset();  // joins the exchange thread
     }
     if (stopped_by) {
@@ -282,7 +282,7 @@ class WorkerLoop {
       vote_.cast(step);
       if (step - 1 >= resume_.step) vote_.verdict(step - 1);
     });
-    towers_->set_layer_hooks(hooks);
+    towers_->set_layer_hooks(hooks, pipeline_->buckets());
     out_.line(str("overlap on: ", pipeline_->buckets().size(), " gradient bucket(s) of whole layers, at least ",
                   human_bytes(static_cast<double>(job_.config.bucket_kib) * 1024),
                   " each, pushed during backward and pulled during the next forward"));

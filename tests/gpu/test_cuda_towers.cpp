@@ -61,19 +61,30 @@ TEST(CudaTowers, TowerGroupSumsAndBroadcastsAcrossAllVisibleGpus) {
 }
 
 // Steps of training with towers, the optimizer applied on the host to the combined gradient.
-// hooked: as --overlap drives them, through per-layer hooks: each layer's parameters are loaded
-// just before its forward, each layer's gradient summed and copied to the host as its backward
-// is queued, and another thread waits for the copies (as the exchange thread does).
+using Units = std::vector<std::pair<std::size_t, std::size_t>>;
+enum class Hooks { kNone, kPerLayer, kOneUnit };
+
+// Hooks::kPerLayer / kOneUnit: as --overlap drives them, through layer hooks over units of one
+// layer each or of the whole model: a unit's parameters are loaded just before its first layer's
+// forward, its gradient summed and copied to the host once its backward is queued, and another
+// thread waits for the copies (as the exchange thread does).
 std::vector<float> train_steps(const nn::ModelSpec& spec, const train::DevicePlan& plan, int towers, int steps,
-                               bool hooked = false) {
+                               Hooks how = Hooks::kNone) {
   const int per_tower = 16;
   auto t = train::make_towers(spec, plan, towers, per_tower);
-  std::vector<std::pair<std::size_t, std::size_t>> reported;
+  const bool hooked = how != Hooks::kNone;
+  Units reported;
   if (hooked) {
     nn::LayerHooks hooks;
     hooks.before_forward = [](std::size_t, std::size_t) {};  // the parameters are in the staging buffer
     hooks.grads_ready = [&](std::size_t b, std::size_t e) { reported.emplace_back(b, e); };
-    t->set_layer_hooks(hooks);
+    Units units{{0, spec.layout().total()}};
+    if (how == Hooks::kPerLayer) {
+      units.clear();
+      for (const auto& r : t->param_ranges())
+        if (r.second > r.first) units.push_back(r);
+    }
+    t->set_layer_hooks(hooks, units);
   }
   const std::size_t total = spec.layout().total();
   std::vector<float> params(total);
@@ -140,7 +151,7 @@ TEST(CudaTowers, TrainingOnGpuTowersMatchesCpuTowers) {
   }
 }
 
-// --overlap's path on GPUs (per-layer reduce and copy to the host, per-layer parameter loads)
+// --overlap's path on GPUs (per-unit reduce and copy to the host, per-unit parameter loads)
 // computes exactly what the whole-buffer path does: with deterministic cuDNN algorithms the same
 // parameters bit for bit, on one tower and on two GPUs if there are two.
 TEST(CudaTowers, LayerHooksGiveTheSameTrainingBitwise) {
@@ -153,11 +164,14 @@ TEST(CudaTowers, LayerHooksGiveTheSameTrainingBitwise) {
       gpu.deterministic = true;
       for (int g = 0; g < towers; ++g) gpu.gpus.push_back(g);
       const std::vector<float> whole = train_steps(spec, gpu, towers, 4);
-      const std::vector<float> hooked = train_steps(spec, gpu, towers, 4, true);
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < whole.size(); ++i) differ += whole[i] != hooked[i];
-      EXPECT_EQ(differ, 0u) << model << " on " << towers << " GPU tower(s): " << differ << " of " << whole.size()
-                            << " parameters differ";
+      for (Hooks how : {Hooks::kPerLayer, Hooks::kOneUnit}) {
+        const std::vector<float> hooked = train_steps(spec, gpu, towers, 4, how);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < whole.size(); ++i) differ += whole[i] != hooked[i];
+        EXPECT_EQ(differ, 0u) << model << " on " << towers << " GPU tower(s), "
+                              << (how == Hooks::kPerLayer ? "a unit per layer" : "one unit") << ": " << differ
+                              << " of " << whole.size() << " parameters differ";
+      }
     }
   }
 }

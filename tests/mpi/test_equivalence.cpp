@@ -139,21 +139,24 @@ TEST_P(Equivalence, DistributedEqualsOneProcessAtTheGlobalBatch) {
 
 // --overlap (the default on CPU towers, used by the test above) against the sequential step:
 // the same sums in the same order, so bitwise the same parameters, with many small buckets
-// (1 KiB: each layer its own bucket, the small last one merged with the one before) and with
-// the range-wise tower sums of T = 2.
+// (1 KiB: each layer its own bucket, the small last one merged with the one before), with one
+// bucket (4 MiB), and with the range-wise tower sums of T = 2.
 TEST(Overlap, EqualsTheSequentialStepBitwise) {
   for (int towers : {1, 2}) {
     TrainConfig c = make_config(towers, momentum_sgd());
     c.exchange.deterministic = true;
-    c.bucket_kib = 1;
-    TrainOutputs overlapped, sequential;
-    c.overlap = true;
-    run_training(c, &overlapped);
-    c.overlap = false;
+    TrainOutputs sequential;
     run_training(c, &sequential);
-    const bool same = overlapped.final_params == sequential.final_params;
-    ASSERT_TRUE(
-        testing::all_ranks(same, str("T=", towers, ": --overlap true and false end with different parameters")));
+    for (std::size_t kib : {1, 4096}) {  // buckets of about a layer each, and one bucket
+      c.bucket_kib = kib;
+      c.overlap = true;
+      TrainOutputs overlapped;
+      run_training(c, &overlapped);
+      c.overlap = false;
+      const bool same = overlapped.final_params == sequential.final_params;
+      ASSERT_TRUE(testing::all_ranks(
+          same, str("T=", towers, ", buckets of ", kib, " KiB: --overlap true and false end with different parameters")));
+    }
   }
 }
 

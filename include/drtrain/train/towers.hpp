@@ -45,15 +45,18 @@ class Towers {
     double forward_s = 0.0, backward_s = 0.0;
   };
   virtual ComputeSplit last_compute_split() const = 0;
-  // Overlap with the exchange (--overlap). Installs per-layer hooks over the worker's host
-  // buffers (empty functions remove them):
-  //   before_forward(b, e): before any tower's forward reads parameters [b, e) (on GPUs: before
-  //     it is queued); when it returns they must be in parameter_staging(), and the towers take
-  //     the range from there, so load_parameters() is not needed.
-  //   grads_ready(b, e): the towers' backward over [b, e) has run (CPU) or is queued (GPU); the
-  //     sum over the towers is on its way to hooked_gradients() (on the CPU already there), and
-  //     await_gradients(b, e) blocks until it has landed. combine_gradients() must not be called.
-  virtual void set_layer_hooks(const nn::LayerHooks& hooks) = 0;
+  // Overlap with the exchange (--overlap). Installs hooks over the worker's host buffers, called
+  // per unit: `units` are ranges of whole layers tiling the parameters in ascending order (the
+  // exchange's buckets); empty functions remove the hooks.
+  //   before_forward(b, e): a unit, before any tower's forward reads its parameters (on GPUs:
+  //     before it is queued); when it returns they must be in parameter_staging(), and the towers
+  //     take the unit from there, so load_parameters() is not needed.
+  //   grads_ready(b, e): the towers' backward over the unit [b, e) has run (CPU) or is queued
+  //     (GPU), units last first; the sum over the towers is on its way to hooked_gradients() (on
+  //     the CPU already there), and await_gradients(b, e) blocks until it has landed.
+  //     combine_gradients() must not be called.
+  virtual void set_layer_hooks(const nn::LayerHooks& hooks,
+                               const std::vector<std::pair<std::size_t, std::size_t>>& units) = 0;
   // With hooks: the host buffer holding the worker's gradient (what combine_gradients() would
   // return, without combining).
   virtual const float* hooked_gradients() = 0;
