@@ -166,14 +166,14 @@ class DeviceTowers final : public Towers {
   std::unique_ptr<backend::TowerGroup> group_;
   // The unit holding element `at` (units_ ascending, tiling the parameters).
   const Range& unit_of(std::size_t at) const {
-    const auto it = std::upper_bound(units_.begin(), units_.end(), at,
-                                     [](std::size_t x, const Range& u) { return x < u.first; });
+    const auto it =
+        std::upper_bound(units_.begin(), units_.end(), at, [](std::size_t x, const Range& u) { return x < u.first; });
     DRT_ASSERT(it != units_.begin(), "an element outside the hook units");
     return *(it - 1);
   }
 
   ComputeSplit split_;
-  std::vector<Range> units_;  // with layer hooks
+  std::vector<Range> units_;    // with layer hooks
   std::size_t loaded_end_ = 0;  // with layer hooks: parameters [0, loaded_end_) are in every tower this step
 };
 

@@ -169,8 +169,8 @@ TEST(CudaTowers, LayerHooksGiveTheSameTrainingBitwise) {
         std::size_t differ = 0;
         for (std::size_t i = 0; i < whole.size(); ++i) differ += whole[i] != hooked[i];
         EXPECT_EQ(differ, 0u) << model << " on " << towers << " GPU tower(s), "
-                              << (how == Hooks::kPerLayer ? "a unit per layer" : "one unit") << ": " << differ
-                              << " of " << whole.size() << " parameters differ";
+                              << (how == Hooks::kPerLayer ? "a unit per layer" : "one unit") << ": " << differ << " of "
+                              << whole.size() << " parameters differ";
       }
     }
   }

@@ -154,8 +154,8 @@ TEST(Overlap, EqualsTheSequentialStepBitwise) {
       run_training(c, &overlapped);
       c.overlap = false;
       const bool same = overlapped.final_params == sequential.final_params;
-      ASSERT_TRUE(testing::all_ranks(
-          same, str("T=", towers, ", buckets of ", kib, " KiB: --overlap true and false end with different parameters")));
+      ASSERT_TRUE(testing::all_ranks(same, str("T=", towers, ", buckets of ", kib,
+                                               " KiB: --overlap true and false end with different parameters")));
     }
   }
 }
