@@ -332,7 +332,7 @@ SYN=(--dataset synthetic --epochs 2 --max-steps "$SYN_STEPS" --eval false)
 # (per-worker slots, deterministic cuDNN algorithms) two sequential runs give bitwise the same
 # final checkpoint (the control), and the overlapped run must give that same checkpoint too.
 overlap_equivalence() {
-  local k dirs=() files=()
+  local k files=()
   for k in seq1 seq2 overlap; do
     local extra=()
     [[ $k == overlap ]] && extra=(--overlap true --bucket-kib 64)
@@ -366,31 +366,31 @@ metrics() { if [[ -z $R ]]; then echo "$OUTDIR/$1.jsonl"; else echo "$LOGS/$1$R.
 training_round() {
   local R=$1
   CAP=90
-  drtrain_run drtrain_cnn_synthetic$R "$(metrics cnn_synthetic)" --model cnn "${SYN[@]}"
+  drtrain_run "drtrain_cnn_synthetic$R" "$(metrics cnn_synthetic)" --model cnn "${SYN[@]}"
   CAP=120
-  drtrain_run drtrain_cnn_fashion-mnist$R "$(metrics cnn_fashion-mnist)" --model cnn "${FM[@]}" --epochs 1 --max-steps "$FM_STEPS" --eval true
+  drtrain_run "drtrain_cnn_fashion-mnist$R" "$(metrics cnn_fashion-mnist)" --model cnn "${FM[@]}" --epochs 1 --max-steps "$FM_STEPS" --eval true
   # Variants (metrics in logs.tar.gz): --overlap (the exchange during backward and forward), TF32
   # tensor cores (what PyTorch's convolutions use by default), and the residual network.
   CAP=60
-  drtrain_run drtrain_cnn_synthetic_overlap$R "$LOGS/cnn_synthetic_overlap$R.jsonl" --model cnn "${SYN[@]}" --overlap true
-  drtrain_run drtrain_cnn_synthetic_tf32$R "$LOGS/cnn_synthetic_tf32$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true
-  drtrain_run drtrain_cnn_synthetic_tf32_overlap$R "$LOGS/cnn_synthetic_tf32_overlap$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true
+  drtrain_run "drtrain_cnn_synthetic_overlap$R" "$LOGS/cnn_synthetic_overlap$R.jsonl" --model cnn "${SYN[@]}" --overlap true
+  drtrain_run "drtrain_cnn_synthetic_tf32$R" "$LOGS/cnn_synthetic_tf32$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true
+  drtrain_run "drtrain_cnn_synthetic_tf32_overlap$R" "$LOGS/cnn_synthetic_tf32_overlap$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true
   # The exchange itself: bf16 on the wire, and more PS ranks (the host's cores apply the update and
   # take the accumulates in parallel; striped, the big fc1 layer is spread over all of them).
-  drtrain_run drtrain_cnn_synthetic_tf32_overlap_bf16$R "$LOGS/cnn_synthetic_tf32_overlap_bf16$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --wire bf16
-  PS=2 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps2$R "$LOGS/cnn_synthetic_tf32_overlap_ps2$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
-  PS=4 drtrain_run drtrain_cnn_synthetic_tf32_overlap_ps4$R "$LOGS/cnn_synthetic_tf32_overlap_ps4$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
-  PS=4 drtrain_run drtrain_cnn_synthetic_tf32_ps4$R "$LOGS/cnn_synthetic_tf32_ps4$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --shard-plan striped
-  drtrain_run drtrain_resnet20_synthetic$R "$LOGS/resnet20_synthetic$R.jsonl" --model resnet20 "${SYN[@]}"
-  drtrain_run drtrain_resnet20_synthetic_overlap$R "$LOGS/resnet20_synthetic_overlap$R.jsonl" --model resnet20 "${SYN[@]}" --overlap true
+  drtrain_run "drtrain_cnn_synthetic_tf32_overlap_bf16$R" "$LOGS/cnn_synthetic_tf32_overlap_bf16$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --wire bf16
+  PS=2 drtrain_run "drtrain_cnn_synthetic_tf32_overlap_ps2$R" "$LOGS/cnn_synthetic_tf32_overlap_ps2$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
+  PS=4 drtrain_run "drtrain_cnn_synthetic_tf32_overlap_ps4$R" "$LOGS/cnn_synthetic_tf32_overlap_ps4$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --overlap true --shard-plan striped
+  PS=4 drtrain_run "drtrain_cnn_synthetic_tf32_ps4$R" "$LOGS/cnn_synthetic_tf32_ps4$R.jsonl" --model cnn "${SYN[@]}" --cuda-tf32 true --shard-plan striped
+  drtrain_run "drtrain_resnet20_synthetic$R" "$LOGS/resnet20_synthetic$R.jsonl" --model resnet20 "${SYN[@]}"
+  drtrain_run "drtrain_resnet20_synthetic_overlap$R" "$LOGS/resnet20_synthetic_overlap$R.jsonl" --model resnet20 "${SYN[@]}" --overlap true
   # Timed windows as drtrain's steady figures: synthetic steps WARM+1..SYN_STEPS; Fashion-MNIST one
   # epoch of 60000 / 256 = 234 steps, the records at WARM, 2 WARM, ..., 200 and the last at 234.
-  torch_run torch_cnn_synthetic$R cnn synthetic $((SYN_STEPS - WARM))
-  if [[ $FM_STEPS == 0 ]]; then torch_run torch_cnn_fashion-mnist$R cnn fashion-mnist $((60000 / BATCH - WARM))
-  else torch_run torch_cnn_fashion-mnist$R cnn fashion-mnist $((FM_STEPS - WARM)); fi
+  torch_run "torch_cnn_synthetic$R" cnn synthetic $((SYN_STEPS - WARM))
+  if [[ $FM_STEPS == 0 ]]; then torch_run "torch_cnn_fashion-mnist$R" cnn fashion-mnist $((60000 / BATCH - WARM))
+  else torch_run "torch_cnn_fashion-mnist$R" cnn fashion-mnist $((FM_STEPS - WARM)); fi
   # PyTorch's best settings on a GPU: cuDNN autotuning on (TF32 convolutions are its default).
-  torch_run torch_cnn_synthetic_benchmark$R cnn synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
-  torch_run torch_resnet20_synthetic_benchmark$R resnet20 synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
+  torch_run "torch_cnn_synthetic_benchmark$R" cnn synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
+  torch_run "torch_resnet20_synthetic_benchmark$R" resnet20 synthetic $((SYN_STEPS - WARM)) --cudnn-benchmark
 }
 for ((round = 1; round <= ROUNDS; round++)); do
   log "training round $round of $ROUNDS"
