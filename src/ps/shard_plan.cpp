@@ -15,7 +15,7 @@ ShardPlan::ShardPlan(std::vector<std::size_t> boundaries, int num_shards, std::s
       span_local_(span_count()),
       shard_size_(static_cast<std::size_t>(num_shards), 0) {
   for (std::size_t i = 0; i < span_count(); ++i) {
-    std::size_t& size = shard_size_[i % shard_size_.size()];
+    std::size_t& size = shard_size_[static_cast<std::size_t>(owner_of_span(i))];
     span_local_[i] = size;
     size += boundaries_[i + 1] - boundaries_[i];
   }
@@ -92,11 +92,19 @@ std::vector<ShardSpan> ShardPlan::spans(int p) const {
   return out;
 }
 
+std::size_t ShardPlan::span_of(std::size_t element) const {
+  // The last span whose begin <= element (empty spans are skipped this way).
+  return static_cast<std::size_t>(std::upper_bound(boundaries_.begin(), boundaries_.end(), element) -
+                                  boundaries_.begin() - 1);
+}
+
+int ShardPlan::owner_of_span(std::size_t span) const {
+  return static_cast<int>(span % static_cast<std::size_t>(num_shards_));
+}
+
 int ShardPlan::owner_of(std::size_t element) const {
   DRT_ASSERT(element < total(), str("element ", element, " of ", total()));
-  // The owning span is the last whose begin <= element (empty spans are skipped this way).
-  const auto it = std::upper_bound(boundaries_.begin(), boundaries_.end(), element);
-  return static_cast<int>(static_cast<std::size_t>(it - boundaries_.begin() - 1) % shard_size_.size());
+  return owner_of_span(span_of(element));
 }
 
 std::size_t ShardPlan::largest_shard() const { return *std::max_element(shard_size_.begin(), shard_size_.end()); }
@@ -106,12 +114,9 @@ std::vector<ShardPiece> ShardPlan::split(std::size_t offset, std::size_t count) 
   std::vector<ShardPiece> pieces;
   if (count == 0) return pieces;
   const std::size_t end = offset + count;
-  auto i = static_cast<std::size_t>(std::upper_bound(boundaries_.begin(), boundaries_.end(), offset) -
-                                    boundaries_.begin() - 1);
-  for (; i < span_count() && boundaries_[i] < end; ++i) {
+  for (std::size_t i = span_of(offset); i < span_count() && boundaries_[i] < end; ++i) {
     const std::size_t lo = std::max(boundaries_[i], offset), hi = std::min(boundaries_[i + 1], end);
-    if (hi > lo)
-      pieces.push_back({static_cast<int>(i % shard_size_.size()), lo, hi - lo, span_local_[i] + (lo - boundaries_[i])});
+    if (hi > lo) pieces.push_back({owner_of_span(i), lo, hi - lo, span_local_[i] + (lo - boundaries_[i])});
   }
   return pieces;
 }

@@ -67,6 +67,8 @@ class ShardPlan {
  private:
   ShardPlan(std::vector<std::size_t> boundaries, int num_shards, std::size_t stripe);
   std::size_t span_count() const { return boundaries_.size() - 1; }
+  std::size_t span_of(std::size_t element) const;  // the span holding element (element < total)
+  int owner_of_span(std::size_t span) const;       // span i belongs to shard i mod P
 
   std::vector<std::size_t> boundaries_;  // span i: [boundaries_[i], boundaries_[i + 1])
   int num_shards_ = 0;
