@@ -3,8 +3,8 @@
 // gradients and spreads the pulled parameters (loops on the CPU, NCCL on GPUs).
 //
 // On GPUs every tower's work is queued on its own stream before any host wait, so the towers
-// compute concurrently while one host thread drives them. With --overlap's layer hooks the host
-// waits before a layer's forward until its parameters are pulled (the GPU runs the layers queued
+// compute concurrently while one host thread drives them. With --overlap's hooks the host waits
+// before a bucket's first forward until its parameters are pulled (the GPU runs the layers queued
 // before it meanwhile).
 #include "drtrain/train/towers.hpp"
 

@@ -515,7 +515,7 @@ class WorkerLoop {
   void evaluate(std::int64_t step, int epoch, bool epoch_end = true) {
     comm::Watchdog::beat("evaluation");
     drain();
-    // With --overlap the towers take each layer's parameters at their next forward; the test
+    // With --overlap the towers take each bucket's parameters at their next forward; the test
     // set needs them now (on the CPU, tower 0's are already in place).
     if (pipeline_) towers_->load_parameters();
     const double start = now_seconds();
