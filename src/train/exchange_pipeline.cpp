@@ -58,7 +58,9 @@ void ExchangePipeline::begin_step(std::int64_t step) {
   if (pushed_ >= wanted_version_) return;
   const double t0 = now_seconds();
   wake_.wait(lock, [&] { return failure_ || pushed_ >= wanted_version_; });
-  exposed_s_ += now_seconds() - t0;
+  const double t1 = now_seconds();
+  exposed_s_ += t1 - t0;
+  timeline_.span("wait for the push", t0, t1, step);
   rethrow_if_failed();
 }
 
@@ -105,7 +107,9 @@ void ExchangePipeline::await_params(std::size_t begin, std::size_t end) {
   if (in_place()) return;
   const double t0 = now_seconds();
   wake_.wait(lock, [&] { return failure_ || in_place(); });
-  exposed_s_ += now_seconds() - t0;
+  const double t1 = now_seconds();
+  exposed_s_ += t1 - t0;
+  timeline_.span("wait for parameters", t0, t1, step_);  // inside the forward's span
   rethrow_if_failed();
 }
 

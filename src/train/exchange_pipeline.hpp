@@ -53,7 +53,9 @@ class ExchangePipeline {
   // Compute thread, at the start of every step (before anything writes the gradient buffer):
   // waits until the previous step's push has completed, so its gradient may be overwritten. (A
   // forward waits for parameters anyway, which come after the push; a tower with no samples
-  // writes its zero gradient without any forward.) `step` labels the timeline.
+  // writes its zero gradient without any forward.) `step` labels the timeline. Like
+  // await_params, a wait shows on the compute thread's track ("wait for the push", "wait for
+  // parameters").
   void begin_step(std::int64_t step);
   // Gradients of [begin, end) are final; layers arrive last first, contiguously.
   void grads_ready(std::size_t begin, std::size_t end);
@@ -69,8 +71,9 @@ class ExchangePipeline {
   void set_after_pull(std::function<void(std::int64_t step)> hook) { after_pull_ = std::move(hook); }
 
   // Runs on the exchange thread before it pushes [begin, end): blocks until that part of the
-  // gradient is in the host buffer (GPU towers copy it there asynchronously). Set before the
-  // first step.
+  // gradient is in the host buffer (GPU towers copy it there asynchronously; the timeline shows
+  // the wait as "gradient to host"). Set before the first step, only where copies are
+  // asynchronous.
   void set_gradient_gate(std::function<void(std::size_t begin, std::size_t end)> gate) { gate_ = std::move(gate); }
 
   const std::vector<Range>& buckets() const { return buckets_; }

@@ -274,8 +274,9 @@ class WorkerLoop {
     hooks.before_forward = [this](std::size_t b, std::size_t e) { pipeline_->await_params(b, e); };
     hooks.grads_ready = [this](std::size_t b, std::size_t e) { pipeline_->grads_ready(b, e); };
     // GPU towers report a range when its backward is queued; the exchange thread waits for its
-    // copy to the host before pushing it.
-    pipeline_->set_gradient_gate([this](std::size_t b, std::size_t e) { towers_->await_gradients(b, e); });
+    // copy to the host before pushing it. (CPU towers sum a range before reporting it.)
+    if (job_.devices.kind != backend::DeviceKind::kCpu)
+      pipeline_->set_gradient_gate([this](std::size_t b, std::size_t e) { towers_->await_gradients(b, e); });
     // Step s is pulled: vote on it, and receive the verdict on s - 1 (complete by now: every rank
     // cast it before step s could be applied), which stop_verdict() reads without MPI.
     pipeline_->set_after_pull([this](std::int64_t step) {
@@ -375,7 +376,8 @@ class WorkerLoop {
   void overlapped_step(const data::WorkerBatch& batch, std::int64_t step) {
     const float scale = start_step(batch, step);
     const double t0 = now_seconds();
-    pipeline_->begin_step(step);
+    pipeline_->begin_step(step);  // may wait for the previous step's push (its own span)
+    const double started = now_seconds();
     const backend::LossSums sums = towers_->compute(batch, scale, pass(step));
     check_loss(sums, batch, step);
     straggle(now_seconds() - t0);  // with the exchange waits of forward: an experiment knob
@@ -385,8 +387,9 @@ class WorkerLoop {
     const ps::ExchangeTimes x = pipeline_->take_times();
     if (job_.timeline->enabled()) {
       const Towers::ComputeSplit split = towers_->last_compute_split();
-      job_.timeline->span("forward", t0, t0 + split.forward_s, step);
-      job_.timeline->span("backward", t0 + split.forward_s, t0 + split.forward_s + split.backward_s, step);
+      // Forward includes its waits for parameters (spans of their own inside it).
+      job_.timeline->span("forward", started, started + split.forward_s, step);
+      job_.timeline->span("backward", started + split.forward_s, started + split.forward_s + split.backward_s, step);
     }
     phases_.compute += t1 - t0 - exposed;
     phases_.push += x.push_s;

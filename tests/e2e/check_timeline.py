@@ -4,7 +4,8 @@ the trace is valid Chrome-trace JSON with one named track per rank and the expec
 each. Sequential step (--overlap false): workers show data wait, forward, backward, tower
 combine, push, ps wait, pull, evaluation on their track. Overlapped step (--overlap, small
 buckets): workers show data wait, forward, backward, evaluation on their track and push, pull on
-an "exchange thread" track, with pushes starting while backward still runs. PS: ps wait, ps
+an "exchange thread" track, with pushes starting while backward still runs, each forward after
+the previous step's push, and the waits for parameters inside the forwards. PS: ps wait, ps
 apply, checkpoint snapshot. The metrics records carry the per-worker step statistics and the exposed
 exchange time, and scripts/plot_metrics.py turns the metrics into a PNG.
 
@@ -98,8 +99,29 @@ def main():
     backward = {e["args"]["step"]: e for e in events if e["ph"] == "X" and e["tid"] == 1 and e["name"] == "backward"}
     during = [e for e in events if e["ph"] == "X" and e["tid"] == 4 and e["name"] == "push" and
               e["args"]["step"] in backward and e["ts"] < backward[e["args"]["step"]]["ts"] + backward[e["args"]["step"]]["dur"]]
+    during = {e["args"]["step"] for e in during}
     if len(during) < 2:
         fail(f"overlap: only {len(during)} of 40 steps show a push starting before backward ended")
+    # The spans sit where the work happened: a step's forward starts once the previous step's
+    # push is complete (begin_step waits for it: "wait for the push"), and every wait for
+    # parameters lies inside its step's forward.
+    def of(tid, name):
+        return [e for e in events if e["ph"] == "X" and e["tid"] == tid and e["name"] == name]
+    forward = {e["args"]["step"]: e for e in of(1, "forward")}
+    push_end = {}
+    for e in of(4, "push"):
+        push_end[e["args"]["step"]] = max(push_end.get(e["args"]["step"], 0), e["ts"] + e["dur"])
+    early = [s for s, f in forward.items() if s - 1 in push_end and f["ts"] < push_end[s - 1] - 1]
+    if early:
+        fail(f"overlap: steps {early} show their forward starting before the previous step's push ended")
+    for e in of(1, "wait for the push"):
+        f = forward.get(e["args"]["step"])
+        if f is None or e["ts"] + e["dur"] > f["ts"] + 1:
+            fail(f"overlap: a wait for the push after its step's forward began: {e}")
+    for e in of(1, "wait for parameters"):
+        f = forward.get(e["args"]["step"])
+        if f is None or e["ts"] < f["ts"] - 1 or e["ts"] + e["dur"] > f["ts"] + f["dur"] + 1:
+            fail(f"overlap: a wait for parameters outside its step's forward: {e}, forward {f}")
 
     png = os.path.join(a.work, "metrics.png")
     subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "plot_metrics.py"), metrics, png], check=True)
