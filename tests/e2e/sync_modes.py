@@ -19,7 +19,8 @@ Fashion-MNIST MLP.
                background save is published at a later step or at the end); the run then ends
                non-zero naming the stopped worker, no hang
   all-stop     async, 1 PS + 2 workers, both stop before step 3: the PS's hang watchdog ends the
-               job, naming both workers
+               job, naming both workers; then PS 0 stops after step 5: the workers end the job,
+               naming it
   resume       async over 2 PS, backup:1 with --wire bf16: 20 steps with a checkpoint, then --resume
                to 40 steps
   stop         a stop signal (SIGTERM) in the middle of a 60-step run, 1 PS + 3 workers: async on
@@ -142,6 +143,16 @@ class Case:
                                  "--checkpoint-dir", work, expect_ok=False,
                                  env={"DRT_TEST_FAULT": "stop:1:3,stop:2:3"})
         expect(out, "(--sync-mode async) for any gradient from worker 0 (world rank 1), worker 1 (world rank 2)", "the PS's hang report")
+        # The other way round: the PS stops, and the workers (which never wait for each other in
+        # async) must end the job, not wait forever for their pushes to be applied: their napping
+        # waits (for the apply, or for Gets of published parameters) name the PS; under MPICH a
+        # read of the stopped PS's window may not return, and the hang watchdog ends the rank.
+        code, out = self.drtrain(3, "--sync-mode", "async", "--max-steps", 60, "--hang-timeout", 8,
+                                 "--eval", "false", expect_ok=False, env={"DRT_TEST_FAULT": "stop:0:5"}, timeout=60)
+        if not re.search(r"PS 0 \(world rank 0\).*(is|that PS is) dead, stopped or stuck|"
+                         r"a call into MPI has not returned, so a peer rank is probably dead or stopped", out):
+            print(out)
+            raise SystemExit("FAIL: async with PS 0 stopped: no worker reported it")
 
     def resume(self):
         # async over 2 PS (2 workers); backup with the bf16 wire (3 workers, 1 PS).
