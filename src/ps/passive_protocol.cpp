@@ -437,8 +437,8 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     }
     const std::string who = join(silent, ", ");
     return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited),
-                         " s for its MPI_Gets of published parameters from ", who, "; they are published, so ",
-                         who, silent.size() == 1 ? " is" : " are",
+                         " s for its MPI_Gets of published parameters from ", who, "; they are published, so ", who,
+                         silent.size() == 1 ? " is" : " are",
                          " dead, stopped or stuck (raise --hang-timeout "
                          "if it is only slow)"));
   }
