@@ -306,8 +306,16 @@ class WorkerLoop {
     if (!pipeline_) return;
     const double t0 = now_seconds();
     pipeline_->drain();
-    job_.timeline->span("exchange drain", t0, now_seconds());
+    const double t1 = now_seconds();
+    job_.timeline->span("exchange drain", t0, t1);
     phases_.exposed += pipeline_->take_exposed_seconds();  // the loop waited, outside any step
+    // What it waited for is the last step's exchange, which the next step would otherwise have
+    // waited for at its start: it counts in that step's time, or the step statistics of short
+    // intervals (a report every few steps) would show steps without their exchange.
+    if (!step_ms_.empty()) {
+      step_ms_.back() += 1e3 * (t1 - t0);
+      busy_s_ += t1 - t0;
+    }
   }
 
   // What every step does first: the watchdog's beat, the test-only stop fault, and the scale of
@@ -571,7 +579,9 @@ class WorkerLoop {
   WorkerData& data_;
   Phases phases_;
   Tally tally_, last_eval_;
-  std::vector<double> step_ms_;  // this worker's step times (compute to parameters loaded) in the interval
+  // This worker's step times in the interval: compute to parameters loaded; with --overlap, from
+  // the wait for the previous step's push to the end of backward (+ a drain that follows).
+  std::vector<double> step_ms_;
   int interval_steps_ = 0;
   double interval_start_ = 0.0;
   double run_start_ = 0.0;  // when training started (evaluation records: elapsed_s)
