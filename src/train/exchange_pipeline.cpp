@@ -51,17 +51,23 @@ void ExchangePipeline::rethrow_if_failed() {
   if (failure_) std::rethrow_exception(failure_);
 }
 
+template <class Done>
+void ExchangePipeline::wait_exposed(std::unique_lock<std::mutex>& lock, Done done, const char* span) {
+  rethrow_if_failed();
+  if (done()) return;
+  const double t0 = now_seconds();
+  wake_.wait(lock, [&] { return failure_ || done(); });
+  const double t1 = now_seconds();
+  exposed_s_ += t1 - t0;
+  if (span) timeline_.span(span, t0, t1, step_);
+  rethrow_if_failed();
+}
+
 void ExchangePipeline::begin_step(std::int64_t step) {
   std::unique_lock<std::mutex> lock(mutex_);
   step_ = step;
-  rethrow_if_failed();
-  if (pushed_ >= wanted_version_) return;
-  const double t0 = now_seconds();
-  wake_.wait(lock, [&] { return failure_ || pushed_ >= wanted_version_; });
-  const double t1 = now_seconds();
-  exposed_s_ += t1 - t0;
-  timeline_.span("wait for the push", t0, t1, step);
-  rethrow_if_failed();
+  wait_exposed(
+      lock, [&] { return pushed_ >= wanted_version_; }, "wait for the push");
 }
 
 void ExchangePipeline::grads_ready(std::size_t begin, std::size_t end) {
@@ -103,23 +109,13 @@ void ExchangePipeline::await_params(std::size_t begin, std::size_t end) {
       if (buckets_[k].first < end && begin < buckets_[k].second && pulled_[k] < wanted_version_) return false;
     return true;
   };
-  rethrow_if_failed();
-  if (in_place()) return;
-  const double t0 = now_seconds();
-  wake_.wait(lock, [&] { return failure_ || in_place(); });
-  const double t1 = now_seconds();
-  exposed_s_ += t1 - t0;
-  timeline_.span("wait for parameters", t0, t1, step_);  // inside the forward's span
-  rethrow_if_failed();
+  wait_exposed(lock, in_place, "wait for parameters");  // inside the forward's span
 }
 
 void ExchangePipeline::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
-  rethrow_if_failed();
-  const double t0 = now_seconds();
-  wake_.wait(lock, [&] { return failure_ || (tasks_.empty() && !busy_); });
-  exposed_s_ += now_seconds() - t0;
-  rethrow_if_failed();
+  wait_exposed(
+      lock, [&] { return tasks_.empty() && !busy_; }, nullptr);  // the caller records its span
 }
 
 double ExchangePipeline::take_exposed_seconds() {

@@ -94,6 +94,11 @@ class ExchangePipeline {
   void push(const Task& task);
   void pull_all(const Task& task);
   void rethrow_if_failed();  // with mutex_ held
+  // Compute thread, `lock` held on mutex_: returns once done() (or rethrows the exchange thread's
+  // failure); the time it waited counts as exposed and, when `span` names it, shows on the
+  // compute thread's track, labelled with the current step.
+  template <class Done>
+  void wait_exposed(std::unique_lock<std::mutex>& lock, Done done, const char* span);
   void add_times(const ps::ExchangeTimes& t);
 
   ps::WorkerExchange& exchange_;
