@@ -181,19 +181,23 @@ void Checkpointer::after_step(std::int64_t step) {
     due = due || by_time;
   }
   if (!due) return;
-  if (c.checkpoint_async && in_flight_ && !settle_in_flight(step)) return;
+  if (c.checkpoint_async && !settle_in_flight(step)) return;
   if (c.checkpoint_async) start_async(step);
   else save_now(step);
 }
 
 bool Checkpointer::settle_in_flight(std::int64_t step) {
-  // The previous background save is still going: training waits for it, at most half the hang
-  // timeout (the workers wait for this PS meanwhile), each PS until its own part is written and
-  // PS 0 until every part is (it has then seen the completion). PS 0 decides whether this save
-  // goes ahead, so that every PS does the same.
+  // Every PS comes here at every due save, whether or not it still has a save in flight: one PS
+  // may have seen the previous save's completion reduction finish while another has not yet,
+  // and deciding by in_flight_ made them enter different collectives (PS 0 this broadcast, PS 1
+  // the next file's creation: MPI_ERR_TRUNCATE, or a stall). A previous background save still
+  // going makes training wait for it, at most half the hang timeout (the workers wait for this
+  // PS meanwhile), each PS until its own part is written and PS 0 until every part is (it has
+  // then seen the completion). PS 0 decides whether this save goes ahead, so that every PS does
+  // the same.
   const bool lead = job_.topo.role_index() == 0;
   const double t0 = now_seconds();
-  const std::int64_t previous = in_flight_->updates;
+  const std::int64_t previous = in_flight_ ? in_flight_->updates : -1;
   comm::PollWaiter waiter(0.5 * job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
   while (!advance() && (lead || !in_flight_->reducing))
     if (!waiter.pause()) break;
@@ -209,7 +213,7 @@ bool Checkpointer::settle_in_flight(std::int64_t step) {
                   "than the file system writes them (raise --checkpoint-every or --checkpoint-secs)");
     return false;
   }
-  if (lead && !warned_wait_ && waited > 0.05) {
+  if (lead && previous >= 0 && !warned_wait_ && waited > 0.05) {
     warned_wait_ = true;
     log_warning("the checkpoint after ", updates_at(step), " updates waited ", waited, " s for the one after ",
                 previous,

@@ -84,7 +84,7 @@ class Checkpointer {
   void save_now(std::int64_t step);          // synchronous (the final save, --checkpoint-async false)
   void start_async(std::int64_t step);       // snapshot, file creation, writer thread
   bool advance();                            // moves an in-flight save on; true when none is left
-  bool settle_in_flight(std::int64_t step);  // a save is due and one is in flight: wait; go ahead?
+  bool settle_in_flight(std::int64_t step);  // a save is due (every PS): wait for one in flight; go ahead?
   void wait_in_flight();                     // advance() until true (HangError after --hang-timeout)
   void complete_in_flight();                 // every PS's part is written: PS 0 completes, publishes
   void publish(const std::string& temp, const std::string& final_path, double bytes, const std::string& how);  // PS 0
