@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/comm/watchdog.hpp"
@@ -19,13 +20,26 @@ constexpr int kSpinPolls = 64;  // a poll costs well under a microsecond on one 
 }
 
 PollWaiter::PollWaiter(double timeout_s, int max_nap_us)
-    : start_(now_seconds()), timeout_s_(timeout_s), max_nap_us_(std::max(1, max_nap_us)) {}
+    : start_(now_seconds()), since_(start_), timeout_s_(timeout_s), max_nap_us_(std::max(1, max_nap_us)) {}
 
 bool PollWaiter::pause() {
   Watchdog::beat("waiting for a peer");
   progress();  // a waiting rank may be the target its peers' RMA needs (comm/progress.hpp)
   if (++polls_ <= kSpinPolls) return true;
-  if ((polls_ & 15) == 0 && waited_seconds() > timeout_s_) return false;
+  if ((polls_ & 15) == 0) {
+    // A peer busy with long work of its own (a large checkpoint, an evaluation, training on while
+    // this rank waits for the end) is not a hang: a change of the peers' progress counters
+    // between the middle of the period and its end renews the wait (comm/liveness.hpp).
+    const double in_period = now_seconds() - since_;
+    if (!marked_ && in_period > 0.5 * timeout_s_) {
+      Liveness::peers_progressed();  // the reference the end of the period compares with
+      marked_ = true;
+    } else if (in_period > timeout_s_) {
+      if (!marked_ || !Liveness::peers_progressed()) return false;
+      since_ = now_seconds();
+      marked_ = false;
+    }
+  }
   timespec nap{0, static_cast<long>(nap_us_) * 1000L};
   nanosleep(&nap, nullptr);
   nap_us_ = std::min(nap_us_ * 2, max_nap_us_);
@@ -66,6 +80,42 @@ void gather(const Comm& comm, const void* send, int bytes_per_rank, void* receiv
   DRT_MPI_CHECK(
       MPI_Igather(send, bytes_per_rank, MPI_BYTE, receive, bytes_per_rank, MPI_BYTE, root, comm.get(), &request));
   wait_request(request, timeout_s, max_nap_us, [&] { return what; });
+}
+
+namespace {
+double g_patience_s = 0.0;  // 0: block
+int g_patience_nap_us = 1000;
+
+void wait_patiently(MPI_Request& request, const char* what) {
+  if (g_patience_s <= 0.0) {
+    DRT_MPI_CHECK(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    return;
+  }
+  wait_request(request, g_patience_s, g_patience_nap_us, [what] { return std::string(what); });
+}
+}  // namespace
+
+void set_patience(double timeout_s, int max_nap_us) {
+  g_patience_s = timeout_s;
+  g_patience_nap_us = max_nap_us;
+}
+
+void patient_allreduce(const Comm& comm, void* data, int count, MPI_Datatype type, MPI_Op op, const char* what) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  DRT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, type, op, comm.get(), &request));
+  wait_patiently(request, what);
+}
+
+void patient_bcast(const Comm& comm, void* data, int count, MPI_Datatype type, int root, const char* what) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  DRT_MPI_CHECK(MPI_Ibcast(data, count, type, root, comm.get(), &request));
+  wait_patiently(request, what);
+}
+
+void patient_barrier(const Comm& comm, const char* what) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  DRT_MPI_CHECK(MPI_Ibarrier(comm.get(), &request));
+  wait_patiently(request, what);
 }
 
 namespace {

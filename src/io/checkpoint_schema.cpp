@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/poll.hpp"
 #include "drtrain/core/hash.hpp"
 #include "drtrain/core/strings.hpp"
 #include "hdf5.hpp"
@@ -102,12 +103,14 @@ void agree(const comm::Comm& comm, const std::exception_ptr& local) {
     }
   }
   int first = kind ? comm.rank() : comm.size();
-  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm.get()));
+  // The PS wait here for each other's file work (a slow disk, a large file): patient waits, which
+  // a peer's progress renews (comm/poll.hpp), instead of calls that block out the watchdog.
+  comm::patient_allreduce(comm, &first, 1, MPI_INT, MPI_MIN, "every PS's verdict on the checkpoint file");
   if (first == comm.size()) return;
   int header[2] = {kind, static_cast<int>(message.size())};
-  DRT_MPI_CHECK(MPI_Bcast(header, 2, MPI_INT, first, comm.get()));
+  comm::patient_bcast(comm, header, 2, MPI_INT, first, "a PS's checkpoint error");
   message.resize(static_cast<std::size_t>(header[1]));
-  DRT_MPI_CHECK(MPI_Bcast(message.data(), header[1], MPI_CHAR, first, comm.get()));
+  comm::patient_bcast(comm, message.data(), header[1], MPI_CHAR, first, "a PS's checkpoint error");
   if (header[0] == 1) throw ConfigError(message);
   if (header[0] == 2) throw CheckpointError(message);
   throw Error(message);

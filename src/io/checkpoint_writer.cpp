@@ -11,8 +11,11 @@
 #include <exception>
 #include <new>
 
+#include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/mpi_check.hpp"
+#include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/progress.hpp"
+#include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "checkpoint_schema.hpp"
@@ -181,7 +184,8 @@ CheckpointParts create_checkpoint(const comm::Comm& ps, const std::string& path,
   }
   schema::agree(ps, error);
   // NOLINTNEXTLINE(mpi-type-mismatch): the buffer is std::uint64_t (unsigned long here), whose MPI type is MPI_UINT64_T
-  DRT_MPI_CHECK(MPI_Bcast(offsets.data(), static_cast<int>(datasets), MPI_UINT64_T, 0, ps.get()));
+  comm::patient_bcast(ps, offsets.data(), static_cast<int>(datasets), MPI_UINT64_T, 0,
+                      "the checkpoint file's dataset offsets from PS 0");
   CheckpointParts out;
   out.path = path;
   schema::for_each_part(
@@ -227,13 +231,19 @@ void write_checkpoint(const comm::Comm& ps, const std::string& path, const Check
   try {
     // A turn of MPI progress after every piece: the workers keep pushing the next step towards
     // this PS while it writes, and on some RMA paths their flushes need this rank in MPI.
-    sum = write_parts(parts, shard, [](std::size_t) { comm::progress(); });
+    // The pieces are progress too: for this rank's watchdog, and for the peers that wait for it
+    // (the workers for the next step, the other PS in the collectives below): comm/liveness.hpp.
+    sum = write_parts(parts, shard, [](std::size_t) {
+      comm::progress();
+      comm::Watchdog::beat("checkpoint");
+      comm::Liveness::note_progress();
+    });
   } catch (...) {
     error = std::current_exception();
   }
   schema::agree(ps, error);
   if (after_data) after_data();
-  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_UINT64_T, MPI_SUM, ps.get()));
+  comm::patient_allreduce(ps, &sum, 1, MPI_UINT64_T, MPI_SUM, "every PS's checksum term of the checkpoint");
   if (ps.rank() == 0) {
     try {
       complete_checkpoint(path, sum);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/progress.hpp"
 #include "drtrain/core/clock.hpp"
@@ -302,6 +303,7 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
       }
     }
     if (progressed) {
+      comm::Liveness::note_progress();
       waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
       continue;
     }

@@ -177,7 +177,7 @@ void Checkpointer::after_step(std::int64_t step) {
   if (c.checkpoint_secs > 0) {
     // PS 0's clock decides, so that every PS saves at the same step.
     int by_time = lead && now_seconds() - last_time_ >= c.checkpoint_secs;
-    DRT_MPI_CHECK(MPI_Bcast(&by_time, 1, MPI_INT, 0, job_.topo.role_comm().get()));
+    comm::patient_bcast(job_.topo.role_comm(), &by_time, 1, MPI_INT, 0, "PS 0's clock for --checkpoint-secs");
     due = due || by_time;
   }
   if (!due) return;
@@ -202,7 +202,7 @@ bool Checkpointer::settle_in_flight(std::int64_t step) {
   while (!advance() && (lead || !in_flight_->reducing))
     if (!waiter.pause()) break;
   int go = lead && !in_flight_;
-  DRT_MPI_CHECK(MPI_Bcast(&go, 1, MPI_INT, 0, job_.topo.role_comm().get()));
+  comm::patient_bcast(job_.topo.role_comm(), &go, 1, MPI_INT, 0, "PS 0's decision on the next checkpoint");
   const double waited = now_seconds() - t0;
   if (!go) {
     last_skipped_ = step;
@@ -283,7 +283,8 @@ void Checkpointer::save_now(std::int64_t step) {
     const double dt = now_seconds() - t0, bytes = state_bytes(job_);
     publish(temp, final_path, bytes, str("in ", dt, " s (", human_bytes(bytes / dt), "/s)"));
   }
-  DRT_MPI_CHECK(MPI_Barrier(job_.topo.role_comm().get()));  // the file is published before anyone goes on
+  // The file is published before anyone goes on.
+  comm::patient_barrier(job_.topo.role_comm(), "PS 0 to publish the checkpoint");
   last_saved_ = step;
   last_time_ = now_seconds();
   blocked_s_ += last_time_ - t0;

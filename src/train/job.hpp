@@ -66,6 +66,12 @@ struct RankReport {
   double lookahead = 0.0;  // PS: the updates it looked ahead at the end (--lookahead)
 };
 
+// Every rank, once its part of the run is done and before the exchange's windows are freed: a
+// barrier that waits as long as any peer makes progress (comm/liveness.hpp) -- a worker that
+// finished first for the others, every worker for the PS's final checkpoint -- so that no rank
+// waits in MPI_Win_free, which cannot time out and beats no watchdog.
+void finish_together(const Job& job);
+
 // The worker's side of the run, on its data; training starts at the resume point (step 0 for a
 // fresh start) and ends early when `vote` says so. When final_params is not null it receives the
 // parameters after the last step.

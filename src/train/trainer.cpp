@@ -14,6 +14,7 @@
 
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/comm/agreement.hpp"
+#include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/rma_component.hpp"
@@ -203,6 +204,15 @@ void print_setup(const Job& job, Reporter& out) {
   }
 }
 
+}  // namespace
+
+void finish_together(const Job& job) {
+  comm::sleepy_barrier(job.topo.world(), job.config.exchange.hang_timeout_s, job.config.exchange.max_nap_us,
+                       "every rank to finish its part of the run");
+}
+
+namespace {
+
 RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step, resume.updates);
   server.set_state_ranges(job.spec.layout().state_ranges());
@@ -215,6 +225,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   server.serve([&](std::int64_t step) {
     comm::Watchdog::beat("PS step");
+    comm::Liveness::note_progress();
     if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
     if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1)))
       signal_self_and_wait(SIGTERM);                               // stop signal tests
@@ -222,6 +233,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
     checkpoints.after_step(step);
   });
   checkpoints.finish(server.global_step());  // also when stopped early: what a requeued job resumes from
+  finish_together(job);
   RankReport r;
   r.steps = server.global_step();
   // Also when the signal came after the last vote that counted. The relaxed modes cast no
@@ -368,6 +380,10 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
+  // Waits give up after --hang-timeout without progress of any peer (a rank busy with a long
+  // checkpoint or evaluation renews them), also in the checkpoint writer's collectives.
+  comm::set_patience(config.exchange.hang_timeout_s, config.exchange.max_nap_us);
+  comm::Liveness liveness(topo.world(), std::clamp(config.exchange.hang_timeout_s / 8.0, 0.05, 1.0));
   StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);
   const RankReport mine =
       topo.is_ps() ? run_ps(job, resume, vote)

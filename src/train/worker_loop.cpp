@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/comm/poll.hpp"
 #include "drtrain/comm/watchdog.hpp"
@@ -280,6 +281,7 @@ class WorkerLoop {
     // Step s is pulled: vote on it, and receive the verdict on s - 1 (complete by now: every rank
     // cast it before step s could be applied), which stop_verdict() reads without MPI.
     pipeline_->set_after_pull([this](std::int64_t step) {
+      comm::Liveness::note_progress();  // this thread owns MPI during the step
       vote_.cast(step);
       if (step - 1 >= resume_.step) vote_.verdict(step - 1);
     });
@@ -351,6 +353,7 @@ class WorkerLoop {
     // One call: the exchange overlaps the pull of the first published blocks with the push of
     // the last ones (WorkerExchange::step).
     exchange_.step(grad, towers_->parameter_staging());
+    comm::Liveness::note_progress();
     const double pulled = now_seconds();
     towers_->load_parameters();
     const double t3 = now_seconds();
@@ -407,8 +410,10 @@ class WorkerLoop {
     finish_step(batch, sums, t1 - t0);
   }
 
-  // --straggler W:F on worker W: sleeps (F - 1) x the step's compute time (an experiment knob).
+  // --straggler W:F on worker W: sleeps (F - 1) x the step's compute time (an experiment knob);
+  // the test fault slow-steps:<world rank> sleeps 0.2 s instead.
   void straggle(double compute_s) const {
+    if (slow_steps_) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (straggler_.worker != topo_.role_index() || straggler_.factor <= 1.0) return;
     std::this_thread::sleep_for(std::chrono::duration<double>((straggler_.factor - 1.0) * std::max(0.0, compute_s)));
   }
@@ -540,6 +545,10 @@ class WorkerLoop {
       const data::TowerBatch piece =
           data_or_fatal([&] { return data::read_tower_batch(*data_.test, samples, data_.normalize); });
       const backend::LossSums sums = towers_->evaluate(piece.images.data(), piece.labels.data(), piece.count);
+      // An evaluation of a large test set is progress: for the watchdog, and for the peers that
+      // wait for this worker meanwhile (comm/liveness.hpp; the relaxed chief evaluates alone).
+      comm::Watchdog::beat("evaluation");
+      comm::Liveness::note_progress();
       t.loss += sums.loss;
       t.correct += static_cast<double>(sums.correct);
     }
@@ -591,6 +600,7 @@ class WorkerLoop {
   std::int64_t samples_trained_ = 0;
   const bool relaxed_;  // --sync-mode backup/ssp/async
   const TrainConfig::Straggler straggler_;
+  const bool slow_steps_ = test_fault(str("slow-steps:", topo_.world_rank()));
   std::int64_t skipped_steps_ = 0;     // backup: steps skipped to catch up
   std::int64_t samples_computed_ = 0;  // this worker's samples of the steps it trained
   bool evaluated_last_ = false;
@@ -605,6 +615,7 @@ RankReport run_worker(const Job& job, WorkerData& data, Reporter& reporter, cons
                       std::vector<float>* final_params) {
   WorkerLoop loop(job, data, reporter, resume, vote);
   const RankReport report = loop.run();
+  finish_together(job);
   if (final_params) loop.copy_parameters(*final_params);
   return report;
 }

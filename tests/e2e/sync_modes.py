@@ -21,6 +21,9 @@ Fashion-MNIST MLP.
   all-stop     async, 1 PS + 2 workers, both stop before step 3: the PS's hang watchdog ends the
                job, naming both workers; then PS 0 stops after step 5: the workers end the job,
                naming it
+  finish-apart async, 1 PS + 2 workers, one worker 0.2 s slower per step (a test fault): the other
+               finishes about 12 s earlier, longer than --hang-timeout 2; it waits for the end
+               without timing out, and the job exits 0 with its final checkpoint
   resume       async over 2 PS, backup:1 with --wire bf16: 20 steps with a checkpoint, then --resume
                to 40 steps
   stop         a stop signal (SIGTERM) in the middle of a 60-step run, 1 PS + 3 workers: async on
@@ -154,6 +157,21 @@ class Case:
             print(out)
             raise SystemExit("FAIL: async with PS 0 stopped: no worker reported it")
 
+    def finish_apart(self):
+        # async, 1 PS + 2 workers, worker 1 (world rank 2) sleeps 0.2 s after every step: worker 0
+        # finishes its 60 steps about 12 s before it, far longer than --hang-timeout 2 (and the
+        # hang watchdog's 1.1 x 2 + 2 s). It must wait for the end as long as the others make
+        # progress (it used to block in MPI_Win_free, where the watchdog killed it: exit 3, no
+        # final checkpoint); the job exits 0 with the final checkpoint of all 60 steps.
+        work = self.fresh("finish-apart")
+        code, out = self.drtrain(3, "--sync-mode", "async", "--max-steps", 60, "--hang-timeout", 2,
+                                 "--checkpoint-dir", work, "--eval", "false", "--log-every", 20, expect_ok=None,
+                                 env={"DRT_TEST_FAULT": "slow-steps:2"})
+        files = sorted(os.listdir(work))
+        if code != 0 or "ckpt-00000060.h5" not in files:
+            print(out)
+            raise SystemExit(f"FAIL: async, workers finishing 12 s apart: exit status {code}, checkpoints {files}")
+
     def resume(self):
         # async over 2 PS (2 workers); backup with the bf16 wire (3 workers, 1 PS).
         for mode, ranks, ps, extra in (("async", 4, 2, []), ("backup:1", 4, 1, ["--wire", "bf16"])):
@@ -194,7 +212,7 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "resume", "stop"])
+    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "finish-apart", "resume", "stop"])
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     getattr(Case(a), a.case.replace("-", "_"))()

@@ -1,7 +1,9 @@
 // Waiting without burning a core. A rank that waits for a peer (a PS for pushes, a worker for
 // fresh parameters) polls; on an oversubscribed node a spinning poller steals the core that
 // the peer needs. PollWaiter spins for the first few polls (short waits stay fast), then naps
-// with exponentially growing sleeps capped at `max_nap_us`, and reports a timeout.
+// with exponentially growing sleeps capped at `max_nap_us`, and reports a timeout: once
+// `timeout_s` has passed without progress of any peer (comm/liveness.hpp: a peer busy with long
+// work of its own renews the wait; without a Liveness, after `timeout_s`).
 #pragma once
 
 #include <mpi.h>
@@ -18,12 +20,15 @@ namespace drt::comm {
 class PollWaiter {
  public:
   PollWaiter(double timeout_s, int max_nap_us);
-  // Call after each unsuccessful poll. Returns false once the timeout has passed.
+  // Call after each unsuccessful poll. Returns false once the timeout has passed with no peer
+  // making progress meanwhile.
   bool pause();
-  double waited_seconds() const;
+  double waited_seconds() const;  // since the wait began (renewals included)
 
  private:
   double start_;
+  double since_;         // the start of the current timeout period
+  bool marked_ = false;  // the peers' progress was read in the middle of this period
   double timeout_s_;
   int max_nap_us_;
   int polls_ = 0;
@@ -44,6 +49,16 @@ void allreduce_in_place(const Comm& comm, void* data, int count, MPI_Datatype ty
                         int max_nap_us, const std::string& what);
 void gather(const Comm& comm, const void* send, int bytes_per_rank, void* receive, int root, double timeout_s,
             int max_nap_us, const std::string& what);
+
+// Patience of the waits in code that has no configuration at hand (the checkpoint writer's
+// collectives among the PS, which wait for each other's file writes): run_training sets the
+// run's --hang-timeout; until then (tests, tools) these calls block like their MPI counterparts.
+void set_patience(double timeout_s, int max_nap_us);
+// MPI_Allreduce (in place), MPI_Bcast and MPI_Barrier that wait with naps and give up with a
+// HangError naming `what` after the patience without progress of any peer (PollWaiter).
+void patient_allreduce(const Comm& comm, void* data, int count, MPI_Datatype type, MPI_Op op, const char* what);
+void patient_bcast(const Comm& comm, void* data, int count, MPI_Datatype type, int root, const char* what);
+void patient_barrier(const Comm& comm, const char* what);
 
 // The largest piece gather_bytes() sends in one message by default. MPI counts are int, so one
 // message carries at most 2^31 - 1 bytes; 1 GiB pieces stay well inside that.
