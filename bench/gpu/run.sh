@@ -20,10 +20,11 @@
 #   gpu_tests        tests/drt_gpu_tests (gtest; exit 77 = no GPU -> skipped), XML report
 #   bench_kernels    drt_bench_kernels --json OUTDIR/kernels.json
 #   torch_cuda       whether the host's PyTorch sees the GPU
-#   equivalence_*, overlap_equivalence
+#   equivalence_*, overlap_equivalence, overlap_final_eval
 #                    three 40-step --deterministic CNN runs with checkpoints: two sequential ones
 #                    (the control: bitwise equal) and one with --overlap, which must equal them
-#                    (drtrain-ckpt diff, tolerance 0)
+#                    (drtrain-ckpt diff, tolerance 0); their final evaluations (after the loop,
+#                    the epoch not ended) must be equal too
 #   per round (names of round k > 1 end in _rk):
 #   drtrain_cnn_synthetic, drtrain_cnn_fashion-mnist
 #                    mpirun -np 2 drtrain --num-ps 1 --device cuda --model cnn --batch-size 256
@@ -338,7 +339,7 @@ overlap_equivalence() {
     [[ $k == overlap ]] && extra=(--overlap true --bucket-kib 64)
     rm -rf "$WORK/ck_$k"
     drtrain_run "equivalence_$k" "$LOGS/equivalence_$k.jsonl" --model cnn "${FM[@]}" --epochs 1 --max-steps 40 \
-      --eval false --deterministic --checkpoint-dir "$WORK/ck_$k" "${extra[@]}"
+      --test-samples 2000 --deterministic --checkpoint-dir "$WORK/ck_$k" "${extra[@]}"
     files+=("$(ls -t "$WORK/ck_$k"/*.h5 2>/dev/null | head -1)")
   done
   if [[ -z ${files[0]} || -z ${files[1]} || -z ${files[2]} ]]; then
@@ -353,6 +354,18 @@ overlap_equivalence() {
     record overlap_equivalence passed 0 "--overlap true equals the sequential step bitwise after 40 steps (control: two sequential runs equal)" "$STEP_S"
   else
     record overlap_equivalence failed "$RC" "--overlap true ends with other parameters than the sequential step: $(grep -v '^ *0' "$LOGS/overlap_equivalence.log" | head -3 | tr '\n' ' ' | cut -c1-300)" "$STEP_S"
+  fi
+  # The 40 steps end inside the epoch: the final evaluation runs after the loop, once the
+  # overlap pipeline is gone, and must see the last update (it used to see the one before).
+  local seq_eval overlap_eval
+  seq_eval=$(grep -o 'final test: .*' "$LOGS/equivalence_seq1.log" | tail -1)
+  overlap_eval=$(grep -o 'final test: .*' "$LOGS/equivalence_overlap.log" | tail -1)
+  if [[ -z $seq_eval || -z $overlap_eval ]]; then
+    record overlap_final_eval failed 1 "no final evaluation line in the equivalence runs' logs" 0
+  elif [[ $seq_eval == "$overlap_eval" ]]; then
+    record overlap_final_eval passed 0 "the final evaluation with --overlap equals the sequential run's: $seq_eval" 0
+  else
+    record overlap_final_eval failed 1 "final evaluation: sequential '$seq_eval', --overlap '$overlap_eval'" 0
   fi
 }
 CAP=60

@@ -208,6 +208,10 @@ class WorkerLoop {
       drain();
       towers_->set_layer_hooks({}, {});
       pipeline_.reset();  // joins the exchange thread
+      // The towers took each bucket's parameters at their next forward; without the hooks the
+      // final evaluation below (and copy_parameters) must be given the last step's now (GPU
+      // towers evaluated with parameters one update old without this).
+      towers_->load_parameters();
     }
     if (stopped_by) {
       out_.line(str(
