@@ -135,6 +135,10 @@ void write_meta(hid_t file, const CheckpointMeta& m) {
   write_attribute(file, "seed", m.seed);
   write_attribute(file, "config", m.config);
   write_attribute(file, "created", m.created);
+  if (!m.worker_steps.empty()) {
+    write_attribute(file, "worker_steps", m.worker_steps);
+    write_attribute(file, "gradients", m.gradients);
+  }
 }
 
 void write_completion(hid_t file, std::uint64_t checksum) {
@@ -172,6 +176,13 @@ CheckpointMeta read_meta(hid_t file) {
   m.config = read_string_attribute(file, "config");
   m.created = read_string_attribute(file, "created");
   m.checksum = read_uint_attribute(file, "checksum");
+  if (has_attribute(file, "worker_steps")) {
+    m.worker_steps = read_uint_array_attribute(file, "worker_steps");
+    m.gradients = read_int_attribute(file, "gradients");
+    if (m.worker_steps.size() != static_cast<std::size_t>(m.num_workers) || m.gradients < 0)
+      throw CheckpointError(str("the metadata holds ", m.worker_steps.size(), " worker_steps for ", m.num_workers,
+                                " workers, or negative gradients"));
+  }
   if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.global_batch < 1)
     throw CheckpointError("the metadata holds impossible values (negative step or batch)");
   return m;

@@ -17,6 +17,7 @@
 #include "drtrain/comm/window.hpp"
 #include "drtrain/ps/exchange_config.hpp"
 #include "drtrain/ps/shard_window.hpp"
+#include "drtrain/ps/worker_exchange.hpp"
 #include "control_channel.hpp"
 
 namespace drt::ps {
@@ -47,16 +48,16 @@ class PassiveBase {
     if (topo_.is_ps()) sync_local_memory();
   }
 
-  // The relaxed modes' stop (docs/ARCHITECTURE.md, "Stopping on a signal"), PS 0's words: a
-  // rank that received stop signal `signal` raises the request to it (MPI_MAX); stop_words()
-  // reads {stop_request, stop_at}.
+  // The relaxed modes' stop and cuts (docs/ARCHITECTURE.md, "Stopping on a signal", "Cuts"), PS
+  // 0's words: a rank that received stop signal `signal` raises the request to it (MPI_MAX);
+  // read_relaxed_words() reads stop_request .. cut_release (four contiguous words) in one read.
   void request_stop_at_ps0(int signal) {
     control_.update(0, {{window_.layout(0).stop_request_word(), MPI_MAX, signal}});
   }
-  std::array<std::int64_t, 2> stop_words() {
-    std::array<std::int64_t, 2> words{};
-    control_.read(0, window_.layout(0).stop_request_word(), 2, words.data());
-    return words;
+  RelaxedWords read_relaxed_words() {
+    std::array<std::int64_t, 4> w{};
+    control_.read(0, window_.layout(0).stop_request_word(), 4, w.data());
+    return {w[0], w[1], w[2], w[3]};
   }
 
   // Orders this PS's loads and stores of window memory against the peers' RMA (unified model).

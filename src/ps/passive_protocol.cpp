@@ -161,7 +161,27 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   }
 
   void request_stop(int signal) override { request_stop_at_ps0(signal); }
-  std::array<std::int64_t, 2> stop_words() override { return PassiveBase::stop_words(); }
+  RelaxedWords relaxed_words() override { return read_relaxed_words(); }
+  bool can_pause_at_cut(std::int64_t pushes) override {
+    if (config_.mode.kind != SyncKind::kSsp) return true;
+    // A worker v in its push number q waits for this one iff q - S > pushes, i.e. once v has
+    // completed pushes + S pushes; block 0 of PS 0 shows at least v's completed count.
+    refresh_pushed(0);
+    const std::vector<std::int64_t>& all = pushed_by_all_[0];
+    const auto blocks = static_cast<std::size_t>(window_.layout(0).num_blocks());
+    for (int v = 0; v < topo_.num_workers(); ++v)
+      if (v != topo_.role_index() && all[static_cast<std::size_t>(v) * blocks] >= pushes + config_.mode.bound)
+        return false;
+    return true;
+  }
+
+  void ack_cut(std::int64_t cut, std::int64_t position) override {
+    DRT_ASSERT(uses_own_slot_only(), "only --sync-mode ssp/async have cuts");
+    complete_pull();  // no Get of this worker's is in flight while it waits at the cut
+    const int me = topo_.role_index();
+    control_.write(0, window_.layout(0).cut_pos_word(me), position);  // complete before the cut is
+    control_.write(0, window_.layout(0).cut_ack_word(me), cut);       // acknowledged
+  }
   std::int64_t pulled_version() const override { return pulled_min_version_; }
   std::int64_t max_lead() const override { return max_lead_; }
 
@@ -260,13 +280,14 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       const std::size_t blocks = static_cast<std::size_t>(window_.layout(ps).num_blocks());
       std::int64_t low = std::numeric_limits<std::int64_t>::max();
       for (int w = 0; w < topo_.num_workers(); ++w)
-        if (w != topo_.role_index())
+        if (w != topo_.role_index() && !left_[static_cast<std::size_t>(w)])
           low = std::min(low, all[static_cast<std::size_t>(w) * blocks + static_cast<std::size_t>(block)]);
       return low == std::numeric_limits<std::int64_t>::max() ? pushes : low;  // alone: no lead
     };
     if (slowest() < needed) {
+      // A worker that has left (a stop: each worker leaves at its own step) holds no one back.
       comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
-      for (refresh_pushed(ps); slowest() < needed; refresh_pushed(ps))
+      for (refresh_pushed(ps); slowest() < needed; refresh_pushed(ps), refresh_left())
         if (!waiter.pause())
           throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
                               " s (--sync-mode ", to_string(config_.mode), ") for ",
@@ -282,6 +303,13 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     std::vector<std::int64_t>& taken = taken_[static_cast<std::size_t>(ps)];
     control_.read(ps, window_.layout(ps).taken_word(topo_.role_index(), 0), static_cast<int>(taken.size()),
                   taken.data());
+  }
+
+  // ssp: which workers have left (PS 0's cut_ack words hold INT64_MAX for them).
+  void refresh_left() {
+    std::vector<std::int64_t> acks(left_.size());
+    control_.read(0, window_.layout(0).cut_ack_word(0), static_cast<int>(acks.size()), acks.data());
+    for (std::size_t v = 0; v < acks.size(); ++v) left_[v] = acks[v] == std::numeric_limits<std::int64_t>::max();
   }
 
   void refresh_pushed(int ps) {
@@ -468,9 +496,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
   std::vector<std::vector<std::int64_t>> taken_;          // per PS, per block: pushes of this worker the PS consumed
   std::vector<std::vector<std::int64_t>> computed_from_;  // per PS, per block: the version last pulled
   std::vector<std::vector<std::int64_t>> pushed_by_all_;  // ssp: per PS, pushed[W][B] as last read
-  std::vector<std::pair<int, int>> read_locks_;           // (PS, block) read locks held until complete_pull()
-  std::int64_t pulled_min_version_ = 1;                   // the oldest block version of the last pull
-  std::int64_t max_lead_ = 0;                             // ssp: most steps ahead of the slowest worker
+  std::vector<bool> left_ = std::vector<bool>(static_cast<std::size_t>(topo_.num_workers()), false);  // ssp
+  std::vector<std::pair<int, int>> read_locks_;  // (PS, block) read locks held until complete_pull()
+  std::int64_t pulled_min_version_ = 1;          // the oldest block version of the last pull
+  std::int64_t max_lead_ = 0;                    // ssp: most steps ahead of the slowest worker
 };
 
 class PassiveServer final : public ServerProtocol, PassiveBase {

@@ -25,6 +25,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/ps/exchange_config.hpp"
 #include "drtrain/ps/shard_window.hpp"
+#include "drtrain/ps/worker_exchange.hpp"
 
 namespace drt::ps {
 
@@ -89,9 +90,16 @@ class WorkerProtocol {
   // Relaxed modes (passive only; fence has none): raises PS 0's stop request to `signal`; reads
   // {the request, the step of this run every worker stops before (0: not decided yet)}.
   virtual void request_stop(int /*signal*/) { DRT_ASSERT(false, "only the relaxed modes stop through PS 0's words"); }
-  virtual std::array<std::int64_t, 2> stop_words() {
+  virtual RelaxedWords relaxed_words() {
     DRT_ASSERT(false, "only the relaxed modes stop through PS 0's words");
     return {};
+  }
+  // ssp/async, at a step boundary after `pushes` pushes: whether this worker may stop at a cut
+  // (WorkerExchange::can_pause_at_cut).
+  virtual bool can_pause_at_cut(std::int64_t /*pushes*/) { return true; }
+  // ssp/async: this worker stopped at cut `cut` before step `position` (WorkerExchange::ack_cut).
+  virtual void ack_cut(std::int64_t /*cut*/, std::int64_t /*position*/) {
+    DRT_ASSERT(false, "only --sync-mode ssp/async have cuts");
   }
 
   // Seconds spent waiting for the PS (publication, a predecessor, the pull fence) since the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "drtrain/comm/liveness.hpp"
@@ -107,8 +108,19 @@ double ParameterServer::lookahead_updates() const {
                                     : static_cast<double>(topo_.num_workers() - 1);
 }
 
+void ParameterServer::resume_cut(std::vector<std::int64_t> first_pushes, std::int64_t gradients) {
+  DRT_ASSERT(config_.mode.per_gradient() && first_pushes.size() == static_cast<std::size_t>(topo_.num_workers()),
+             "a cut is resumed under ssp/async with every worker's start");
+  first_pushes_ = std::move(first_pushes);
+  gradient_base_ = gradients;
+}
+
+std::int64_t Cut::slowest() const {
+  return worker_steps.empty() ? 0 : *std::min_element(worker_steps.begin(), worker_steps.end());
+}
+
 void ParameterServer::start() {
-  if (relaxed_) relaxed_->start();
+  if (relaxed_) relaxed_->start(first_pushes_);
   else protocol_->start();
   if (lookahead_) {  // the uploaded or restored parameters become the master; published as they are until updated
     std::copy(published(), published() + shard_size_, master_.data());
@@ -122,8 +134,9 @@ void ParameterServer::start() {
   else protocol_->publish(all, 1);
 }
 
-std::int64_t ParameterServer::serve(const StepHook& after_step) {
-  if (relaxed_) return serve_relaxed(after_step);
+std::int64_t ParameterServer::serve(const Hooks& hooks) {
+  if (relaxed_) return serve_relaxed(hooks);
+  const StepHook& after_step = hooks.after_step;
   const int blocks = layout().num_blocks();
   std::vector<bool> applied;
   std::vector<int> ready;
@@ -194,7 +207,8 @@ void ParameterServer::apply_block(int block) {
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
 }
 
-std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
+std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
+  const StepHook& after_step = hooks.after_step;
   const int blocks = layout().num_blocks(), workers = topo_.num_workers();
   const auto B = static_cast<std::size_t>(blocks);
   const bool backup = config_.mode.kind == SyncKind::kBackup;
@@ -203,6 +217,14 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
   std::vector<std::int64_t> version(B, 1);  // published, per block
   std::vector<std::int64_t> applied(B, 0);  // ssp/async: gradients applied to each block
   std::vector<std::int64_t> consumed(static_cast<std::size_t>(workers) * B, 0);  // last push taken, [w][b]
+  // ssp/async: the gradients before this run (a sync checkpoint's updates count W each), and
+  // the pushes each worker made before this run's first step (a cut: workers resume apart).
+  if (gradient_base_ < 0) gradient_base_ = first_update_ * workers;
+  std::int64_t lead = 0;  // gradients the faster workers were ahead of the run's first step
+  for (std::size_t w = 0; w < first_pushes_.size(); ++w) {
+    lead += first_pushes_[w];
+    for (std::size_t b = 0; b < B; ++b) consumed[w * B + b] = first_pushes_[w];
+  }
   std::vector<bool> done(B, false);  // backup: block applied for the step being collected
   std::vector<int> chosen;
   std::vector<optim::StepPoint> points;  // ssp/async: the updates of the chosen gradients
@@ -210,6 +232,7 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
   else optimizer_->set_step_fraction(1.0 / workers);  // W gradients applied make one step
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
   bool stop_posted = false, stop_decided = false;
+  const bool cuts = config_.mode.per_gradient();
   for (;;) {
     const double t0 = now_seconds();
     if (!stop_posted && stop_signal_received() != 0) {  // a stop signal reached this PS
@@ -218,10 +241,13 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
     }
     relaxed_->read(words);
     const double t1 = now_seconds();
-    if (topo_.role_index() == 0 && !stop_decided && words[1] != 0) {
-      // A stop was requested: every worker stops before the step after the furthest any has
-      // pushed. None has passed it: a worker that had not seen the request is at most there,
-      // and one that has seen it waits at its next step boundary until this word is set.
+    if (!cuts && topo_.role_index() == 0 && !stop_decided && words[1] != 0) {
+      // backup: a stop was requested: every worker stops before the step after the furthest any
+      // has pushed. None has passed it: a worker that had not seen the request is at most there,
+      // and one that has seen it waits at its next step boundary until this word is set. The
+      // pushed words are read one by one (each atomically, MPI-3.1 11.7.1), not as one snapshot;
+      // that is enough: each only grows, so each value read is at most the worker's count when
+      // the read ends, and the argument above holds worker by worker.
       std::int64_t furthest = 0;
       for (int w = 0; w < workers; ++w)
         for (int b = 0; b < blocks; ++b) furthest = std::max(furthest, relaxed_->pushed(words, w, b));
@@ -261,10 +287,13 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
           ++stats_.staleness_count;
           // The schedule follows steps (W gradients); Adam's bias correction counts what its
           // averages have seen, each gradient (a checkpoint's updates count W each).
-          points.push_back({first_step_ + applied[bi] / workers, first_update_ * workers + applied[bi]});
-          ++applied[bi];
-          ++version[bi];
-          if (b == 0) ++stats_.gradients_applied;
+          points.push_back({first_step_ + (lead + applied[bi]) / workers, gradient_base_ + applied[bi]});
+          // One push, except on an empty block: a worker announces those without waiting for
+          // the PS to take its previous push, so several may be pending (none has elements).
+          const std::int64_t pushes = relaxed_->pushed(words, w, b) - consumed[static_cast<std::size_t>(w) * B + bi];
+          applied[bi] += pushes;
+          version[bi] += pushes;
+          if (b == 0) stats_.gradients_applied += pushes;
         }
         // Each gradient its own update, in worker order, in one pass over the block.
         apply_each(b, chosen, points, 1.0f / static_cast<float>(workers));
@@ -296,11 +325,15 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
       std::fill(done.begin(), done.end(), false);
       optimizer_->begin_step(global_step(), updates());
     } else if (!backup) {
-      const std::int64_t rounds = *std::min_element(applied.begin(), applied.end()) / workers;
+      applied_min_ = *std::min_element(applied.begin(), applied.end());
+      const std::int64_t rounds = (lead + applied_min_) / workers;
       while (stats_.steps < rounds) {
         ++stats_.steps;
         if (after_step) after_step(global_step());
+        if (topo_.role_index() == 0 && hooks.checkpoint_due && hooks.checkpoint_due(global_step()))
+          checkpoint_wanted_ = true;
       }
+      advance_cuts(words, consumed, hooks);
     }
     if (progressed) {
       comm::Liveness::note_progress();
@@ -321,6 +354,47 @@ std::int64_t ParameterServer::serve_relaxed(const StepHook& after_step) {
                            backup ? str("the gradients of step ", global_step()) : std::string("any gradient"));
     }
   }
+}
+
+void ParameterServer::advance_cuts(const std::vector<std::int64_t>& words, const std::vector<std::int64_t>& consumed,
+                                   const Hooks& hooks) {
+  const bool lead = topo_.role_index() == 0;
+  // No cut in flight: PS 0 may ask for one, unless a stop was requested (the workers are
+  // leaving, each at its next step boundary; the final checkpoint records where).
+  if (lead && cut_requested_ == cut_handled_ && checkpoint_wanted_ && words[1] == 0) {
+    relaxed_->request_cut(++cut_requested_);
+    checkpoint_wanted_ = false;
+  }
+  const RelaxedServer::CutWords& c = relaxed_->cuts(words, cut_handled_);
+  if (c.request <= cut_handled_) return;
+  const int workers = topo_.num_workers();
+  const auto B = static_cast<std::size_t>(layout().num_blocks());
+  bool all_left = true;
+  for (int w = 0; w < workers; ++w) {
+    const auto wi = static_cast<std::size_t>(w);
+    if (c.ack[wi] < c.request) return;  // worker w is still in its step
+    all_left = all_left && c.ack[wi] == RelaxedServer::kLeft;
+    const std::int64_t pushes = c.pos[wi] - first_step_;
+    for (std::size_t b = 0; b < B; ++b)
+      if (consumed[wi * B + b] < pushes) return;  // its last pushes are not all applied here yet
+  }
+  cut_handled_ = c.request;
+  // A cut every worker answered by leaving is where the run ends: the final checkpoint saves it.
+  // Every PS decides alike: a worker that stopped at the cut waits for its release, which needs
+  // every PS, so the answers cannot change before every PS has seen them.
+  if (all_left) return;
+  const Cut cut{c.request, gradients_applied(), c.pos, 0};
+  if (hooks.at_cut) hooks.at_cut(cut);
+  comm::patient_barrier(topo_.role_comm(), "every PS to save the state at the cut");
+  if (lead) relaxed_->release_cut(c.request);
+}
+
+Cut ParameterServer::final_cut() {
+  DRT_ASSERT(relaxed_ && config_.mode.per_gradient(), "cuts are --sync-mode ssp/async's");
+  std::vector<std::int64_t> words;
+  relaxed_->read(words);
+  const RelaxedServer::CutWords& c = relaxed_->cuts(words, std::numeric_limits<std::int64_t>::min());
+  return Cut{c.request, gradients_applied(), c.pos, static_cast<int>(relaxed_->stop_request())};
 }
 
 void ParameterServer::apply_slots(int block, const std::vector<int>& workers, float scale) {

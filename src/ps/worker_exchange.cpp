@@ -1,6 +1,7 @@
 #include "drtrain/ps/worker_exchange.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "drtrain/core/clock.hpp"
@@ -243,7 +244,21 @@ std::int64_t WorkerExchange::max_lead() const { return protocol_->max_lead(); }
 
 void WorkerExchange::request_stop(int signal) { protocol_->request_stop(signal); }
 
-std::array<std::int64_t, 2> WorkerExchange::stop_words() { return protocol_->stop_words(); }
+RelaxedWords WorkerExchange::relaxed_words() { return protocol_->relaxed_words(); }
+
+void WorkerExchange::ack_cut(std::int64_t cut, std::int64_t position) {
+  if (pushed_elements_ != 0) throw Error(str(rank_tag(), ": a cut in the middle of a push"));
+  protocol_->ack_cut(cut, position);
+}
+
+bool WorkerExchange::can_pause_at_cut() { return protocol_->can_pause_at_cut(pushes_); }
+
+void WorkerExchange::leave_at(std::int64_t position) { ack_cut(std::numeric_limits<std::int64_t>::max(), position); }
+
+void WorkerExchange::start_pushes_at(std::int64_t pushes) {
+  if (pushes_ != 0 || pushed_elements_ != 0) throw Error(str(rank_tag(), ": start_pushes_at() after a push"));
+  pushes_ = pushes;
+}
 
 ExchangeTimes WorkerExchange::take_times() { return std::exchange(times_, ExchangeTimes{}); }
 

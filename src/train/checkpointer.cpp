@@ -86,17 +86,63 @@ std::optional<io::CheckpointMeta> choose_and_read(const Job& job, ResumePoint& r
 
 }  // namespace
 
+namespace {
+
+std::string join_numbers(const std::vector<std::int64_t>& values, const std::string& sep) {
+  std::vector<std::string> parts;
+  parts.reserve(values.size());
+  for (std::int64_t v : values) parts.push_back(std::to_string(v));
+  return join(parts, sep);
+}
+
+// A cut (ssp/async: each worker at a step of its own; docs/CHECKPOINT_FORMAT.md "Resuming"):
+// with the same number of workers, the same batch and --sync-mode ssp/async every worker
+// continues at its own step; otherwise every worker starts at the slowest one's (the data
+// cursor), and the steps the others had trained beyond it are trained again (said so).
+void resume_cut(const Job& job, const std::vector<std::int64_t>& start, ResumePoint& r) {
+  const std::int64_t gradients = start[5], file_workers = start[4];
+  if (gradients < 0) return;  // not a cut
+  const int workers = job.topo.num_workers();
+  const bool same =
+      job.config.exchange.mode.per_gradient() && file_workers == workers && start[1] == job.config.batch_size;
+  if (same) {
+    r.worker_steps.assign(start.begin() + 6, start.end());
+    r.gradients = gradients;
+    if (job.topo.is_chief())
+      log_info("the checkpoint is a cut of --sync-mode ", ps::to_string(job.config.exchange.mode),
+               ": each worker continues at its own step (", join_numbers(r.worker_steps, ", "), ")");
+    return;
+  }
+  if (!job.topo.is_chief()) return;
+  log_warning("the checkpoint is a cut of ", file_workers, " workers of --sync-mode ssp/async at batch ", start[1],
+              " (each at its own step; the slowest at ", r.step, "); this run has ", workers, " workers, batch ",
+              job.config.batch_size, " and --sync-mode ", ps::to_string(job.config.exchange.mode),
+              ", so every worker starts at the slowest one's step and the steps the others had trained beyond "
+              "it are trained again; resume with the same workers, batch and an ssp/async mode to continue "
+              "each worker where it stopped");
+}
+
+}  // namespace
+
 ResumePoint prepare_resume(const Job& job) {
   ResumePoint r;
   if (job.config.resume.empty()) return r;
   const comm::Topology& topo = job.topo;
   std::optional<std::string> error;
-  // start[0] = step, [1] = checkpoint's global batch, [2] = epoch, [3] = step in epoch
-  std::int64_t start[4] = {0, 0, 0, 0};
+  // start[0] = step, [1] = checkpoint's global batch, [2] = epoch, [3] = step in epoch, [4] =
+  // the checkpoint's workers, [5] = its gradients (-1: not a cut); then its worker_steps
+  std::vector<std::int64_t> start(6 + static_cast<std::size_t>(topo.num_workers()), 0);
+  start[5] = -1;
+  std::vector<std::int64_t> file_worker_steps;
   if (topo.is_ps()) {
     try {
-      if (const auto m = choose_and_read(job, r))
+      if (const auto m = choose_and_read(job, r)) {
         start[0] = m->step, start[1] = m->global_batch, start[2] = m->epoch, start[3] = m->step_in_epoch;
+        start[4] = m->num_workers, start[5] = m->gradients;
+        file_worker_steps.assign(m->worker_steps.begin(), m->worker_steps.end());
+        if (file_worker_steps.size() == static_cast<std::size_t>(topo.num_workers()))
+          std::copy(file_worker_steps.begin(), file_worker_steps.end(), start.begin() + 6);
+      }
     } catch (const ConfigError& e) {
       error = e.what();
     } catch (const std::exception& e) {
@@ -107,7 +153,7 @@ ResumePoint prepare_resume(const Job& job) {
   std::vector<char> name(4096, '\0');
   if (topo.is_ps() && topo.role_index() == 0) std::strncpy(name.data(), r.file.c_str(), name.size() - 1);
   const int ps0 = topo.ps_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(start, 4, MPI_INT64_T, ps0, topo.world().get()));
+  DRT_MPI_CHECK(MPI_Bcast(start.data(), static_cast<int>(start.size()), MPI_INT64_T, ps0, topo.world().get()));
   DRT_MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, ps0, topo.world().get()));
   r.file = name.data();
   if (r.file.empty()) return r;
@@ -127,6 +173,7 @@ ResumePoint prepare_resume(const Job& job) {
   r.epoch = static_cast<int>(start[2]);
   r.step_in_epoch = static_cast<int>(samples_in_epoch / batch);
   r.step = static_cast<std::int64_t>(r.epoch) * job.steps_per_epoch + r.step_in_epoch;
+  resume_cut(job, start, r);
   if (topo.is_chief() && start[1] != batch)
     log_info("the checkpoint's batch was ", start[1],
              ": the step counter and the learning-rate schedule continue "
@@ -149,6 +196,7 @@ Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const Re
       server_(server),
       done_comm_(job.topo.role_comm().split(0, job.topo.role_index())),
       resumed_from_(resume.file),
+      resumed_{resume.step, resume.file.empty() ? -1 : resume.updates, resume.worker_steps, resume.gradients},
       first_step_(resume.step),
       first_update_(resume.updates),
       last_time_(now_seconds()) {}
@@ -160,6 +208,40 @@ Checkpointer::~Checkpointer() {
 }
 
 std::int64_t Checkpointer::updates_at(std::int64_t step) const { return first_update_ + (step - first_step_); }
+
+Checkpointer::SavePoint Checkpointer::at_step(std::int64_t step) const { return {step, updates_at(step), {}, -1}; }
+
+Checkpointer::SavePoint Checkpointer::at_cut(const ps::Cut& cut) const {
+  // Named after the optimizer updates the gradients make (W of them one update), like the
+  // checkpoints of the other modes.
+  return {cut.slowest(), cut.gradients / job_.topo.num_workers(), cut.worker_steps, cut.gradients};
+}
+
+bool Checkpointer::policy_due(std::int64_t step, bool by_time) const {
+  const TrainConfig& c = job_.config;
+  return (c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0) || by_time;
+}
+
+bool Checkpointer::due(std::int64_t step) {
+  const TrainConfig& c = job_.config;
+  if (c.checkpoint_dir.empty()) return false;
+  advance();  // PS 0's own background save moves on meanwhile
+  const bool by_time = c.checkpoint_secs > 0 && now_seconds() - last_time_ >= c.checkpoint_secs;
+  if (by_time) last_time_ = now_seconds();  // once per period, even if the cut comes a little later
+  return policy_due(step, by_time);
+}
+
+void Checkpointer::save_cut(const ps::Cut& cut) {
+  if (job_.config.checkpoint_dir.empty()) return;
+  advance();
+  save(at_cut(cut));
+}
+
+void Checkpointer::save(const SavePoint& point) {
+  if (job_.config.checkpoint_async && !settle_in_flight(point)) return;
+  if (job_.config.checkpoint_async) start_async(point);
+  else save_now(point);
+}
 
 io::ShardView Checkpointer::live_view() const {
   io::ShardView view{server_.spans(), server_.params(), {}};
@@ -173,20 +255,16 @@ void Checkpointer::after_step(std::int64_t step) {
   if (c.checkpoint_dir.empty()) return;
   advance();
   const bool lead = job_.topo.role_index() == 0;
-  bool due = c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0;
+  int by_time = 0;
   if (c.checkpoint_secs > 0) {
     // PS 0's clock decides, so that every PS saves at the same step.
-    int by_time = lead && now_seconds() - last_time_ >= c.checkpoint_secs;
+    by_time = lead && now_seconds() - last_time_ >= c.checkpoint_secs;
     comm::patient_bcast(job_.topo.role_comm(), &by_time, 1, MPI_INT, 0, "PS 0's clock for --checkpoint-secs");
-    due = due || by_time;
   }
-  if (!due) return;
-  if (c.checkpoint_async && !settle_in_flight(step)) return;
-  if (c.checkpoint_async) start_async(step);
-  else save_now(step);
+  if (policy_due(step, by_time != 0)) save(at_step(step));
 }
 
-bool Checkpointer::settle_in_flight(std::int64_t step) {
+bool Checkpointer::settle_in_flight(const SavePoint& point) {
   // Every PS comes here at every due save, whether or not it still has a save in flight: one PS
   // may have seen the previous save's completion reduction finish while another has not yet,
   // and deciding by in_flight_ made them enter different collectives (PS 0 this broadcast, PS 1
@@ -205,9 +283,9 @@ bool Checkpointer::settle_in_flight(std::int64_t step) {
   comm::patient_bcast(job_.topo.role_comm(), &go, 1, MPI_INT, 0, "PS 0's decision on the next checkpoint");
   const double waited = now_seconds() - t0;
   if (!go) {
-    last_skipped_ = step;
+    last_skipped_ = point.updates;
     if (lead && skipped_++ == 0)
-      log_warning("skipped the checkpoint after ", updates_at(step), " updates: the one after ", previous,
+      log_warning("skipped the checkpoint after ", point.updates, " updates: the one after ", previous,
                   " is still being written after ", waited,
                   " s (half of --hang-timeout): checkpoints are due faster "
                   "than the file system writes them (raise --checkpoint-every or --checkpoint-secs)");
@@ -215,30 +293,36 @@ bool Checkpointer::settle_in_flight(std::int64_t step) {
   }
   if (lead && previous >= 0 && !warned_wait_ && waited > 0.05) {
     warned_wait_ = true;
-    log_warning("the checkpoint after ", updates_at(step), " updates waited ", waited, " s for the one after ",
-                previous,
+    log_warning("the checkpoint after ", point.updates, " updates waited ", waited, " s for the one after ", previous,
                 " to be written in the background: checkpoints are due about as fast as the file system "
                 "writes them, and training pauses meanwhile (raise --checkpoint-every or --checkpoint-secs)");
   }
   return true;
 }
 
-void Checkpointer::finish(std::int64_t step) {
+void Checkpointer::finish(std::int64_t step, const ps::Cut* end) {
   if (job_.config.checkpoint_dir.empty()) return;
   wait_in_flight();
-  if (step == last_skipped_ && skipped_ > 0) --skipped_;  // written below after all
+  const SavePoint point = end ? at_cut(*end) : at_step(step);
+  if (point.updates == last_skipped_ && skipped_ > 0) --skipped_;  // written below after all
   if (skipped_ > 0)
     log_info(skipped_, " checkpoint(s) skipped in all because the previous one was still being written");
-  if (step == last_saved_) return;
-  if (io::checkpoint_path(job_.config.checkpoint_dir, updates_at(step)) == resumed_from_) return;  // nothing new
-  save_now(step);
+  if (point.same_state(last_saved_)) return;
+  // Nothing new since the checkpoint this run resumed from (a run resumed at its end).
+  if (io::checkpoint_path(job_.config.checkpoint_dir, point.updates) == resumed_from_ &&
+      (!end || point.same_state(resumed_)))
+    return;
+  save_now(point);
 }
 
-io::CheckpointMeta Checkpointer::meta(std::int64_t step) const {
+io::CheckpointMeta Checkpointer::meta(const SavePoint& point) const {
   const TrainConfig& c = job_.config;
+  const std::int64_t step = point.step;
   io::CheckpointMeta m;
   m.drtrain_version = DRT_VERSION_STRING;
-  m.step = updates_at(step);  // updates applied in all runs; the data position is below
+  m.step = point.updates;  // updates applied in all runs; the data position is below
+  m.worker_steps.assign(point.worker_steps.begin(), point.worker_steps.end());
+  m.gradients = point.gradients;
   m.epoch = step / job_.steps_per_epoch;
   m.step_in_epoch = step % job_.steps_per_epoch;
   m.samples_seen =
@@ -266,17 +350,17 @@ void Checkpointer::publish(const std::string& temp, const std::string& final_pat
            removed.empty() ? std::string() : str(", removed ", removed.size(), " old file(s)"));
 }
 
-void Checkpointer::save_now(std::int64_t step) {
+void Checkpointer::save_now(const SavePoint& point) {
   comm::Watchdog::beat("checkpoint");
   const double t0 = now_seconds();
   const std::string& dir = job_.config.checkpoint_dir;
-  const std::int64_t updates = updates_at(step);
+  const std::int64_t step = point.step, updates = point.updates;
   const std::string temp = io::temporary_path(dir, updates), final_path = io::checkpoint_path(dir, updates);
   const bool lead = job_.topo.role_index() == 0;
   std::function<void()> fault;
   // Test-only (core/test_faults.hpp): die after the data, before the metadata.
   if (lead && test_fault(str("checkpoint-write:", updates))) fault = [] { raise(SIGKILL); };
-  io::write_checkpoint(job_.topo.role_comm(), temp, meta(step), job_.spec.layout(), server_.optimizer().slot_names(),
+  io::write_checkpoint(job_.topo.role_comm(), temp, meta(point), job_.spec.layout(), server_.optimizer().slot_names(),
                        live_view(), fault);
   // Every PS's part is on disk and PS 0 has closed the file.
   if (lead) {
@@ -285,13 +369,14 @@ void Checkpointer::save_now(std::int64_t step) {
   }
   // The file is published before anyone goes on.
   comm::patient_barrier(job_.topo.role_comm(), "PS 0 to publish the checkpoint");
-  last_saved_ = step;
+  last_saved_ = point;
   last_time_ = now_seconds();
   blocked_s_ += last_time_ - t0;
   job_.timeline->span("checkpoint", t0, last_time_, step);
 }
 
-void Checkpointer::start_async(std::int64_t step) {
+void Checkpointer::start_async(const SavePoint& point) {
+  const std::int64_t step = point.step;
   const double t0 = now_seconds();
   // PS 0 has seen the previous save complete (after_step), so every part of it is written and
   // this PS's reduction is complete or about to be.
@@ -300,11 +385,11 @@ void Checkpointer::start_async(std::int64_t step) {
   const std::string& dir = job_.config.checkpoint_dir;
   auto f = std::make_unique<InFlight>();
   f->step = step;
-  f->updates = updates_at(step);
+  f->updates = point.updates;
   f->temp = io::temporary_path(dir, f->updates);
   f->final_path = io::checkpoint_path(dir, f->updates);
   f->started = t0;
-  io::CheckpointParts parts = io::create_checkpoint(job_.topo.role_comm(), f->temp, meta(step), job_.spec.layout(),
+  io::CheckpointParts parts = io::create_checkpoint(job_.topo.role_comm(), f->temp, meta(point), job_.spec.layout(),
                                                     server_.optimizer().slot_names(), server_.spans());
   // Test-only (core/test_faults.hpp): a slow file system; a full one on the last PS.
   SnapshotWriter::Faults faults;
@@ -312,7 +397,7 @@ void Checkpointer::start_async(std::int64_t step) {
   faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
   writer_.start(std::move(parts), live_view(),
                 faults);  // the snapshot: the serve loop may change the shard from here on
-  last_saved_ = step;
+  last_saved_ = point;
   last_time_ = now_seconds();
   f->paused_s = last_time_ - t0;
   in_flight_ = std::move(f);

@@ -41,6 +41,15 @@ struct ResumePoint {
   std::int64_t updates = 0;          // optimizer updates already applied (0: fresh start)
   int epoch = 0, step_in_epoch = 0;  // the data cursor of the next step, for this run's batch
   std::string file;                  // the checkpoint, empty for a fresh start
+  // ssp/async resumed from a cut (docs/CHECKPOINT_FORMAT.md, "Resuming") with the same workers
+  // and batch: each worker's first step (`step` is the least), and the gradients applied before
+  // this run. Empty / -1 otherwise: every worker starts at `step`.
+  std::vector<std::int64_t> worker_steps;
+  std::int64_t gradients = -1;
+  // This worker's first step.
+  std::int64_t first_step_of(int worker) const {
+    return worker_steps.empty() ? step : worker_steps[static_cast<std::size_t>(worker)];
+  }
   // PS only: this PS's shard of the parameters and of each optimizer slot, read from the file.
   AlignedBuffer<float> params;
   std::vector<AlignedBuffer<float>> slots;
@@ -59,16 +68,37 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // After every step (the server's hook): moves a save in the background on, and starts one when
-  // the policy says so.
+  // After every step (the server's hook; --sync-mode sync and backup): moves a save in the
+  // background on, and starts one when the policy says so.
   void after_step(std::int64_t step);
+  // --sync-mode ssp/async, which save at cuts (ps::Cut; docs/ARCHITECTURE.md, "Cuts"). due():
+  // PS 0, after each round of W gradients: whether the policy asks for a checkpoint at this step
+  // (--checkpoint-every, or PS 0's clock for --checkpoint-secs; no collective call). save_cut():
+  // every PS at each checkpoint cut, in the same order: saves the state there.
+  bool due(std::int64_t step);
+  void save_cut(const ps::Cut& cut);
   // After the last step: waits for a save in the background, then writes the final checkpoint
-  // (unless that step was just saved).
-  void finish(std::int64_t step);
+  // (unless that state was just saved). `end`: ssp/async, where every worker stopped.
+  void finish(std::int64_t step, const ps::Cut* end = nullptr);
   // Seconds the serve loop spent in saves (snapshots, file creation, waits, synchronous writes).
   double seconds_blocked() const { return blocked_s_; }
 
  private:
+  // What a save records: this run's step counter there (the data cursor; at a cut the slowest
+  // worker's), the optimizer updates in all runs (the file's name), and at a cut each worker's
+  // step and the gradients applied.
+  struct SavePoint {
+    std::int64_t step = 0, updates = 0;
+    std::vector<std::int64_t> worker_steps;
+    std::int64_t gradients = -1;
+    bool same_state(const SavePoint& o) const { return updates == o.updates && gradients == o.gradients; }
+  };
+  SavePoint at_step(std::int64_t step) const;
+  SavePoint at_cut(const ps::Cut& cut) const;
+  // The policy (--checkpoint-every, --checkpoint-secs) for step `step`; `by_time` PS 0's clock.
+  bool policy_due(std::int64_t step, bool by_time) const;
+  void save(const SavePoint& point);  // in the background or not (--checkpoint-async)
+
   // A save whose parts are being written in the background.
   struct InFlight {
     std::int64_t step = 0, updates = 0;
@@ -81,15 +111,15 @@ class Checkpointer {
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
-  void save_now(std::int64_t step);          // synchronous (the final save, --checkpoint-async false)
-  void start_async(std::int64_t step);       // snapshot, file creation, writer thread
-  bool advance();                            // moves an in-flight save on; true when none is left
-  bool settle_in_flight(std::int64_t step);  // a save is due (every PS): wait for one in flight; go ahead?
-  void wait_in_flight();                     // advance() until true (HangError after --hang-timeout)
-  void complete_in_flight();                 // every PS's part is written: PS 0 completes, publishes
+  void save_now(const SavePoint& point);          // synchronous (the final save, --checkpoint-async false)
+  void start_async(const SavePoint& point);       // snapshot, file creation, writer thread
+  bool advance();                                 // moves an in-flight save on; true when none is left
+  bool settle_in_flight(const SavePoint& point);  // a save is due (every PS): wait for one in flight; go ahead?
+  void wait_in_flight();                          // advance() until true (HangError after --hang-timeout)
+  void complete_in_flight();                      // every PS's part is written: PS 0 completes, publishes
   void publish(const std::string& temp, const std::string& final_path, double bytes, const std::string& how);  // PS 0
   io::ShardView live_view() const;
-  io::CheckpointMeta meta(std::int64_t step) const;
+  io::CheckpointMeta meta(const SavePoint& point) const;
   // Updates applied once step `step` (this run's counter) is done: names, metadata, --checkpoint-every.
   std::int64_t updates_at(std::int64_t step) const;
 
@@ -99,13 +129,14 @@ class Checkpointer {
   SnapshotWriter writer_;
   std::unique_ptr<InFlight> in_flight_;  // unique_ptr: the request's address stays put (watched)
   std::string resumed_from_;
+  SavePoint resumed_;  // the state the run resumed from (updates -1: a fresh start)
   std::int64_t first_step_, first_update_;
-  std::int64_t last_saved_ = -1;
+  SavePoint last_saved_{-1, -1, {}, -1};
   double last_time_;
   double blocked_s_ = 0.0;
   int skipped_ = 0;  // PS 0: saves skipped because the previous one was still being written
   bool warned_wait_ = false;
-  std::int64_t last_skipped_ = -1;
+  std::int64_t last_skipped_ = -1;  // the updates of the last save skipped
 };
 
 }  // namespace drt::train

@@ -217,22 +217,39 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step, resume.updates);
   server.set_state_ranges(job.spec.layout().state_ranges());
   load_into(resume, server);
+  // ssp/async save at cuts (docs/ARCHITECTURE.md, "Cuts"), and resume from one with each worker
+  // at its own step.
+  const bool cuts = job.config.exchange.mode.per_gradient();
+  if (cuts && !resume.worker_steps.empty()) {
+    std::vector<std::int64_t> first_pushes;
+    for (std::int64_t s : resume.worker_steps) first_pushes.push_back(s - resume.step);
+    server.resume_cut(std::move(first_pushes), resume.gradients);
+  }
   Checkpointer checkpoints(job, server, resume);
   if (job.timeline->enabled())
     server.set_span_sink(
         [&job](const char* name, double a, double b, std::int64_t step) { job.timeline->span(name, a, b, step); });
   server.start();
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
-  server.serve([&](std::int64_t step) {
+  ps::ParameterServer::Hooks hooks;
+  hooks.after_step = [&](std::int64_t step) {
     comm::Watchdog::beat("PS step");
     comm::Liveness::note_progress();
     if (test_fault(str("stop:", job.topo.world_rank(), ":", step))) raise(SIGSTOP);  // hang watchdog tests
     if (test_fault(str("signal:", job.topo.world_rank(), ":", step - 1)))
       signal_self_and_wait(SIGTERM);                               // stop signal tests
     if (!job.config.exchange.mode.relaxed()) vote.cast(step - 1);  // `step` steps are done: the vote on the last one
-    checkpoints.after_step(step);
-  });
-  checkpoints.finish(server.global_step());  // also when stopped early: what a requeued job resumes from
+    if (!cuts) checkpoints.after_step(step);
+  };
+  if (cuts) {
+    hooks.checkpoint_due = [&](std::int64_t step) { return checkpoints.due(step); };
+    hooks.at_cut = [&](const ps::Cut& cut) { checkpoints.save_cut(cut); };
+  }
+  server.serve(hooks);
+  // Also when stopped early: what a requeued job resumes from.
+  ps::Cut end;
+  if (cuts) end = server.final_cut();
+  checkpoints.finish(server.global_step(), cuts ? &end : nullptr);
   finish_together(job);
   RankReport r;
   r.steps = server.global_step();
@@ -240,7 +257,8 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   // votes: their stop went through PS 0's words.
   const int vote_signal = vote.finish();
   const int signal = job.config.exchange.mode.relaxed() ? server.relaxed_stop_signal() : vote_signal;
-  r.stop_signal = r.steps < job.total_steps ? signal : 0;
+  if (cuts) r.stop_signal = end.slowest() < job.total_steps ? end.stop_signal : 0;
+  else r.stop_signal = r.steps < job.total_steps ? signal : 0;
   r.wall_s = now_seconds() - wall0;
   r.cpu_s = process_cpu_seconds() - cpu0;
   r.busy_s = server.stats().apply_s + server.stats().publish_s;
@@ -293,12 +311,20 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     staleness_count += r.staleness_count;
     lookahead = std::max(lookahead, r.lookahead);
   }
+  std::string worker_steps;  // ssp/async: where each worker ended (a cut when stopped)
   for (int w = 0; w < topo.num_workers(); ++w) {
     const RankReport& r = all[static_cast<std::size_t>(topo.worker_world_ranks()[static_cast<std::size_t>(w)])];
     max_lead = std::max(max_lead, r.max_lead);
     samples += static_cast<double>(r.samples_computed);
     skipped += str(w ? ", " : "", r.skipped_steps);
+    worker_steps += str(w ? "," : "", r.steps);
   }
+  if (mode.per_gradient() && mine.stop_signal)
+    out.line(str("stopped by ", signal_name(mine.stop_signal), " at a cut: the workers stopped before steps ",
+                 worker_steps, " of ", job.total_steps,
+                 job.config.checkpoint_dir.empty()
+                     ? std::string(" (no --checkpoint-dir, so nothing is saved)")
+                     : std::string("; the PS saved that state, and --resume continues each worker there")));
   const double staleness_mean = staleness_count ? staleness_sum / static_cast<double>(staleness_count) : 0.0;
   if (mode.kind == ps::SyncKind::kBackup)
     out.line(str("sync-mode ", ps::to_string(mode), ": the PS dropped ", fixed(dropped, 1),
@@ -339,7 +365,8 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
   if (mode.per_gradient())
     summary.add("staleness_mean", staleness_mean).add("staleness_max", staleness_max).add("lookahead", lookahead);
   if (mode.kind == ps::SyncKind::kSsp) summary.add("max_lead", max_lead);
-  if (c.stop_signal) summary.add("stopped_by", signal_name(c.stop_signal));
+  if (mode.per_gradient()) summary.add("worker_steps", worker_steps);
+  if (mine.stop_signal) summary.add("stopped_by", signal_name(mine.stop_signal));
   out.summary(summary);
 }
 
@@ -376,7 +403,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   else if (!resume.file.empty())
     reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1,
                        " of ", job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch,
-                       " steps into it)"));
+                       " steps into it", resume.worker_steps.empty() ? "" : "; the slowest worker's: a cut", ")"));
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
@@ -385,9 +412,13 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   comm::set_patience(config.exchange.hang_timeout_s, config.exchange.max_nap_us);
   comm::Liveness liveness(topo.world(), std::clamp(config.exchange.hang_timeout_s / 8.0, 0.05, 1.0));
   StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);
-  const RankReport mine =
-      topo.is_ps() ? run_ps(job, resume, vote)
-                   : run_worker(job, data, *reporter, resume, vote, outputs ? &outputs->final_params : nullptr);
+  RankReport mine = topo.is_ps()
+                        ? run_ps(job, resume, vote)
+                        : run_worker(job, data, *reporter, resume, vote, outputs ? &outputs->final_params : nullptr);
+  // Every rank ends alike: under ssp/async a worker may have finished its steps before a stop
+  // ended the others' (at a cut), and the job was still stopped (exit 75, --resume continues it).
+  comm::allreduce_in_place(topo.world(), &mine.stop_signal, 1, MPI_INT, MPI_MAX, config.exchange.hang_timeout_s,
+                           config.exchange.max_nap_us, "whether a stop signal ended the run");
   if (outputs) {
     outputs->test_accuracy = mine.test_accuracy;
     outputs->test_loss = mine.test_loss;

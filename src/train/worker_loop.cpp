@@ -97,16 +97,19 @@ class WorkerLoop {
     lc.worker = topo_.role_index();
     lc.towers = job_.config.towers;
     lc.seed = job_.config.seed;
-    lc.first_epoch = resume_.epoch;
-    lc.first_step = resume_.step_in_epoch;
-    lc.total_steps = std::max<std::int64_t>(0, job_.total_steps - resume_.step);
+    // This worker's first step: the run's, or (ssp/async resumed from a cut) its own.
+    const std::int64_t first = resume_.first_step_of(topo_.role_index());
+    lc.first_epoch = static_cast<int>(resume_.worker_steps.empty() ? resume_.epoch : first / job_.steps_per_epoch);
+    lc.first_step =
+        static_cast<int>(resume_.worker_steps.empty() ? resume_.step_in_epoch : first % job_.steps_per_epoch);
+    lc.total_steps = std::max<std::int64_t>(0, job_.total_steps - first);
     lc.augment = data_.augment;
     lc.normalize = data_.normalize;
     data::BatchLoader loader(*data_.train, lc);
     const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
     interval_start_ = run_start_ = wall0;
     bool evaluated_last = false;
-    std::int64_t step = resume_.step;
+    std::int64_t step = first;
     int stopped_by = 0;
     if (relaxed_) {
       const int stopped = run_relaxed(loader, step);
@@ -153,11 +156,12 @@ class WorkerLoop {
     };
     int stopped = 0;
     while (step < job_.total_steps) {
-      if ((stopped = relaxed_stop(step)) != 0) break;
+      if ((stopped = relaxed_boundary(step)) != 0) break;
       const data::WorkerBatch batch = next_batch(loader, step);
       train_step(batch, step);
       for (const auto& part : batch.towers) samples_computed_ += part.count;
-      const std::int64_t next = std::min(job_.total_steps, resume_.step + exchange_.catch_up());
+      const std::int64_t next =
+          std::min(job_.total_steps, resume_.step + exchange_.catch_up());  // step + 1 but under backup
       for (std::int64_t skip = step + 1; skip < next; ++skip) data_or_fatal([&] { return loader.next(); });
       skipped_steps_ += next - step - 1;
       const bool epoch_end = crosses(step, next, per_epoch);
@@ -173,33 +177,64 @@ class WorkerLoop {
     return stopped;
   }
 
-  // The relaxed modes' stop (docs/ARCHITECTURE.md, "Stopping on a signal"), before step `step`:
-  // a stop signal this worker received raises PS 0's request; once a request is there, PS 0
-  // sets the step of this run every worker stops before, which this worker waits for (at a
-  // step boundary, where nothing of its own is in flight). Returns the signal once `step` is
-  // that step, else 0. One read of PS 0's two stop words a step until the step is known.
-  int relaxed_stop(std::int64_t step) {
+  // The relaxed modes at the boundary before step `step` (nothing of this worker's in flight):
+  // a stop signal this worker received raises PS 0's request, then the mode's own rule says
+  // whether the worker stops here. Returns the stop signal that ends its run here, else 0. One
+  // read of PS 0's words a step (docs/ARCHITECTURE.md, "Stopping on a signal", "Cuts").
+  int relaxed_boundary(std::int64_t step) {
     const int received = stop_signal_received();
     if (received != 0 && received != stop_posted_) {
       exchange_.request_stop(received);
       stop_posted_ = received;
     }
+    return job_.config.exchange.mode.per_gradient() ? at_cut(step) : backup_stop(step);
+  }
+
+  // backup: once a stop is requested, PS 0 sets the step of this run every worker stops before
+  // (one after the furthest push), which this worker waits for; it trains up to that step.
+  int backup_stop(std::int64_t step) {
     if (stop_before_ < 0) {
-      std::array<std::int64_t, 2> words = exchange_.stop_words();
-      if (words[0] == 0) return 0;
+      ps::RelaxedWords words = exchange_.relaxed_words();
+      if (words.stop_request == 0) return 0;
       comm::PollWaiter waiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
-      while (words[1] == 0) {
+      while (words.stop_at == 0) {
         if (!waiter.pause())
           throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
                               " s for ", topo_.ps_name(0), " to set the step to stop at after ",
-                              signal_name(static_cast<int>(words[0])),
+                              signal_name(static_cast<int>(words.stop_request)),
                               "; that PS is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
-        words = exchange_.stop_words();
+        words = exchange_.relaxed_words();
       }
-      stop_before_ = resume_.step + words[1];
-      stop_signal_ = static_cast<int>(words[0]);
+      stop_before_ = resume_.step + words.stop_at;
+      stop_signal_ = static_cast<int>(words.stop_request);
     }
     return step >= stop_before_ ? stop_signal_ : 0;
+  }
+
+  // ssp/async. A stop request (this worker's signal, or PS 0's word: one read a step) makes the
+  // worker leave here, at its next step boundary, wherever the others are (finish_run records
+  // its step: the end of the run is a cut). A checkpoint cut PS 0 asked for makes it say where it
+  // is and wait until every PS has saved the state, then go on. Under ssp a worker goes one step
+  // further instead when another may be waiting in its push for this worker's next gradient (it
+  // has pushed S steps beyond this one), or the two would wait for each other.
+  int at_cut(std::int64_t step) {
+    for (;;) {
+      const ps::RelaxedWords words = exchange_.relaxed_words();
+      if (stop_posted_ != 0) return stop_posted_;
+      if (words.stop_request != 0) return static_cast<int>(words.stop_request);
+      if (words.cut_request <= cut_acked_ || !exchange_.can_pause_at_cut()) return 0;
+      exchange_.ack_cut(words.cut_request, step);
+      cut_acked_ = words.cut_request;
+      const double t0 = now_seconds();
+      comm::PollWaiter waiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
+      while (exchange_.relaxed_words().cut_release < cut_acked_)
+        if (!waiter.pause())
+          throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                              " s at cut ", cut_acked_, " (a checkpoint) for ", topo_.ps_name(0),
+                              " to let the workers go on; a PS or a worker is dead, stopped or stuck (raise "
+                              "--hang-timeout if it is only slow)"));
+      job_.timeline->span("wait at a cut", t0, now_seconds(), step);
+    }
   }
 
   RankReport finish_run(std::int64_t step, int stopped_by, bool evaluated_last, double wall0, double cpu0) {
@@ -222,6 +257,8 @@ class WorkerLoop {
     } else if (!evaluated_last && job_.config.eval) {
       evaluate(job_.total_steps - 1, -1);
     }
+    // ssp/async: where this worker stopped, for the cut the run ends at (the final checkpoint).
+    if (job_.config.exchange.mode.per_gradient()) exchange_.leave_at(step);
     exchange_.finish();
     vote_.finish();
     RankReport r;
@@ -254,6 +291,7 @@ class WorkerLoop {
     float* staging = towers_->parameter_staging();
     const bool upload = topo_.is_chief() && resume_.file.empty();
     if (upload) job_.spec.init_params(job_.config.seed, staging);
+    exchange_.start_pushes_at(resume_.first_step_of(topo_.role_index()) - resume_.step);
     exchange_.start(upload ? staging : nullptr);
     exchange_.pull_all(staging);
     towers_->load_parameters();
@@ -609,8 +647,9 @@ class WorkerLoop {
   std::int64_t samples_computed_ = 0;  // this worker's samples of the steps it trained
   bool evaluated_last_ = false;
   int stop_posted_ = 0;            // relaxed: the stop signal this worker has requested from PS 0
-  std::int64_t stop_before_ = -1;  // relaxed: the step every worker stops before (-1: no stop yet)
-  int stop_signal_ = 0;            // relaxed: the signal that stops them
+  std::int64_t stop_before_ = -1;  // backup: the step every worker stops before (-1: no stop yet)
+  int stop_signal_ = 0;            // backup: the signal that stops them
+  std::int64_t cut_acked_ = 0;     // ssp/async: the newest cut this worker stopped at
 };
 
 }  // namespace

@@ -24,15 +24,20 @@ Fashion-MNIST MLP.
   finish-apart async, 1 PS + 2 workers, one worker 0.2 s slower per step (a test fault): the other
                finishes about 12 s earlier, longer than --hang-timeout 2; it waits for the end
                without timing out, and the job exits 0 with its final checkpoint
+  cuts         async and ssp:2, 1 PS + 2 workers, one 0.2 s slower per step, a checkpoint every 5
+               steps: each checkpoint is a cut (its gradients are the sum of its worker_steps);
+               --resume from a middle one continues each worker at its own step
   resume       async over 2 PS, backup:1 with --wire bf16: 20 steps with a checkpoint, then --resume
                to 40 steps
   stop         a stop signal (SIGTERM) in the middle of a 60-step run, 1 PS + 3 workers: async on
                a worker, ssp:2 on the PS, backup:1 on the chief; and async with 2 PS + 2 workers
-               on PS 1 (which raises PS 0's request). Every rank exits 75, the chief
-               says after which step S it stopped (one step after the furthest worker's push
-               when PS 0 saw the request: past the signal's step, before the end), the PS
-               checkpoint of step S exists; after the first, --resume trains from step S + 1 to
-               60 and exits 0
+               on PS 1 (which raises PS 0's request). Every rank exits 75. backup: the chief says
+               after which step S it stopped (one step after the furthest worker's push when PS 0
+               saw the request: past the signal's step, before the end), the PS checkpoint of step
+               S exists. ssp/async stop at a cut: the signalled worker leaves at its next step
+               boundary (before step 11), the others at theirs; the last checkpoint records each
+               worker's step and holds exactly the gradients of those steps; after the first,
+               --resume continues each worker at its own step to 60 and exits 0
 
 usage: sync_modes.py --bin BUILD/bin --mpiexec "mpiexec FLAGS" --work DIR CASE
 """
@@ -172,6 +177,35 @@ class Case:
             print(out)
             raise SystemExit(f"FAIL: async, workers finishing 12 s apart: exit status {code}, checkpoints {files}")
 
+    def cuts(self):
+        # ssp/async checkpoints are cuts: each holds exactly the gradients of the steps before
+        # worker_steps[w] of every worker w (the PS's count of what it applied equals the sum of
+        # the workers' own positions), however far apart the workers are (worker 1 sleeps 0.2 s
+        # a step). Resuming from a middle one continues each worker at its own step, to the end.
+        total = 40
+        for mode in ("async", "ssp:2"):
+            work = self.fresh(f"cuts-{mode.replace(':', '-')}")
+            args = ["--sync-mode", mode, "--max-steps", total, "--checkpoint-dir", work, "--eval", "false",
+                    "--log-every", 20, "--checkpoint-every", 5, "--keep", 100]
+            self.drtrain(3, *args, env={"DRT_TEST_FAULT": "slow-steps:2"})
+            files = sorted(glob.glob(os.path.join(work, "ckpt-*.h5")))
+            import h5py
+            cuts = []
+            for path in files:
+                with h5py.File(path, "r") as f:
+                    ws = [int(x) for x in f.attrs["worker_steps"]]
+                    self.check_cut(path, ws, mode)
+                    cuts.append((path, ws))
+            print(f"{mode}: cuts {[ws for _, ws in cuts]}")
+            if len(cuts) < 3 or cuts[-1][1] != [total, total]:
+                raise SystemExit(f"FAIL: {mode}: checkpoints {[(os.path.basename(p), ws) for p, ws in cuts]}")
+            middle, ws = cuts[len(cuts) // 2]
+            for path, _ in cuts[len(cuts) // 2 + 1:]:
+                os.remove(path)
+            _, out = self.drtrain(3, *args, "--resume")
+            expect(out, f"each worker continues at its own step ({', '.join(map(str, ws))})", f"{mode}: resume")
+            self.check_cut(os.path.join(work, f"ckpt-{total:08d}.h5"), [total, total], f"{mode}: after the resume")
+
     def resume(self):
         # async over 2 PS (2 workers); backup with the bf16 wire (3 workers, 1 PS).
         for mode, ranks, ps, extra in (("async", 4, 2, []), ("backup:1", 4, 1, ["--wire", "bf16"])):
@@ -192,19 +226,74 @@ class Case:
             args = ["--sync-mode", mode, "--max-steps", total, "--checkpoint-dir", work, "--eval", "false",
                     "--log-every", 10]
             code, out = self.drtrain(4, *args, expect_ok=None, env={"DRT_TEST_FAULT": fault}, ps=ps)
-            m = re.search(r"stopping after step (\d+) of 60: SIGTERM reached a rank", out)
-            if code != 75 or not m or '"stopped_by":"SIGTERM"' not in out:
+            if code != 75 or '"stopped_by":"SIGTERM"' not in out:
                 print(out)
-                raise SystemExit(f"FAIL: {mode}, {fault}: exit status {code} (expected 75), or no stop message")
-            step = int(m.group(1))
-            if not 10 < step < total or not os.path.exists(os.path.join(work, f"ckpt-{step:08d}.h5")):
-                print(out)
-                raise SystemExit(f"FAIL: {mode}: stopped after step {step} with {sorted(os.listdir(work))}")
+                raise SystemExit(f"FAIL: {mode}, {fault}: exit status {code} (expected 75), or no stopped_by")
+            if mode.startswith("backup"):
+                self.backup_stopped(out, work, mode, total)
+                continue
+            steps = self.cut_stopped(out, work, mode, fault, ps, total)
             if fault != "signal:2:10":
                 continue  # resuming works alike after every stop: once is enough (CI time)
             _, out = self.drtrain(4, *args, "--resume", ps=ps)
-            expect(out, f"step {step + 1} of {total}", f"{mode}: the resume point")
-            expect(out, f"({total}/{total})", f"{mode}: training to the end after the resume")
+            expect(out, f"each worker continues at its own step ({', '.join(map(str, steps))})",
+                   f"{mode}: the resume point")
+            final = self.summary_line(out)
+            if final.get("worker_steps") != ",".join([str(total)] * 3):
+                print(out)
+                raise SystemExit(f"FAIL: {mode}: after the resume the workers ended at {final.get('worker_steps')}")
+            self.check_cut(os.path.join(work, f"ckpt-{total:08d}.h5"), [total] * 3, mode)
+
+    def summary_line(self, out):
+        lines = [json.loads(x) for x in out.splitlines() if x.startswith('{"summary":true')]
+        if not lines:
+            print(out)
+            raise SystemExit("FAIL: no summary line")
+        return lines[-1]
+
+    def check_cut(self, path, steps, what):
+        # A cut: the state holds exactly the gradients of each worker's steps before its
+        # position, every worker having run from step 0 (the PS counts what it applied; the
+        # workers' positions are their own).
+        import h5py
+        with h5py.File(path, "r") as f:
+            ws = [int(x) for x in f.attrs["worker_steps"]]
+            gradients = int(f.attrs["gradients"])
+        if ws != steps or gradients != sum(steps):
+            raise SystemExit(f"FAIL: {what}: {os.path.basename(path)} holds worker_steps {ws} and {gradients} "
+                             f"gradients; expected {steps} and {sum(steps)}")
+
+    def cut_stopped(self, out, work, mode, fault, ps, total):
+        # ssp/async stop at a cut: each worker leaves at its next step boundary after it sees the
+        # request, wherever the others are; the final checkpoint records every worker's step.
+        steps = [int(x) for x in self.summary_line(out)["worker_steps"].split(",")]
+        rank = int(fault.split(":")[1])
+        if rank >= ps:  # the signal reached a worker during its step 10: it leaves before step 11
+            worker = rank - ps
+            if steps[worker] != 11:
+                print(out)
+                raise SystemExit(f"FAIL: {mode}, {fault}: worker {worker} stopped before step {steps[worker]}, "
+                                 f"expected 11 (its next step boundary)")
+        if min(steps) >= total:
+            print(out)
+            raise SystemExit(f"FAIL: {mode}, {fault}: every worker trained all {total} steps: {steps}")
+        expect(out, f"stopped by SIGTERM at a cut: the workers stopped before steps {','.join(map(str, steps))}",
+               f"{mode}: the stop report")
+        files = sorted(glob.glob(os.path.join(work, "ckpt-*.h5")))
+        if not files:
+            raise SystemExit(f"FAIL: {mode}, {fault}: no checkpoint in {work}")
+        self.check_cut(files[-1], steps, f"{mode}, {fault}")
+        return steps
+
+    def backup_stopped(self, out, work, mode, total):
+        m = re.search(r"stopping after step (\d+) of 60: SIGTERM reached a rank", out)
+        if not m:
+            print(out)
+            raise SystemExit(f"FAIL: {mode}: no stop message")
+        step = int(m.group(1))
+        if not 10 < step < total or not os.path.exists(os.path.join(work, f"ckpt-{step:08d}.h5")):
+            print(out)
+            raise SystemExit(f"FAIL: {mode}: stopped after step {step} with {sorted(os.listdir(work))}")
 
 
 def main():
@@ -212,7 +301,8 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "finish-apart", "resume", "stop"])
+    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "finish-apart", "cuts", "resume",
+                                    "stop"])
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     getattr(Case(a), a.case.replace("-", "_"))()

@@ -45,8 +45,14 @@ struct CheckpointMeta {
   std::vector<std::uint64_t> shard_boundaries;  // the writer's shard plan
   std::uint64_t seed = 0;                       // weights and data order (the only random state)
   std::string config;                           // the writer's resolved configuration (INI)
-  std::string created;                          // UTC, ISO 8601
-  std::uint64_t checksum = 0;                   // sum of element hashes of every dataset (see format doc)
+  // --sync-mode ssp/async (a cut, docs/CHECKPOINT_FORMAT.md "Resuming"): per worker, the step it
+  // stopped before (epoch and step_in_epoch are the slowest worker's); the worker gradients
+  // applied to every element in all runs. Empty / -1 in other checkpoints (every worker at the
+  // data cursor; step x num_workers gradients).
+  std::vector<std::uint64_t> worker_steps;
+  std::int64_t gradients = -1;
+  std::string created;         // UTC, ISO 8601
+  std::uint64_t checksum = 0;  // sum of element hashes of every dataset (see format doc)
 };
 
 // This PS's part of the state: the spans of the flat space its shard holds (one for a

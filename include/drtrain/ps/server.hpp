@@ -39,6 +39,18 @@ struct ServerStats {
   std::int64_t staleness_count = 0;
 };
 
+// A cut (--sync-mode ssp/async; docs/ARCHITECTURE.md, "Cuts"): every worker stopped at a step
+// boundary and every push it made is applied on every PS, so the PS state holds exactly the
+// gradients of the steps before worker_steps[w] of each worker w: a state the run was in, which
+// a checkpoint can save and a resume continue from, each worker at its own step.
+struct Cut {
+  std::int64_t number = 0;                 // 1, 2, ... in this run
+  std::int64_t gradients = 0;              // worker gradients applied to every element, in all runs
+  std::vector<std::int64_t> worker_steps;  // per worker: the step (this run's numbering) it stopped before
+  int stop_signal = 0;                     // the run ends at this cut (0: a checkpoint, training goes on)
+  std::int64_t slowest() const;            // the least of worker_steps
+};
+
 class ParameterServer {
  public:
   // Collective over MPI_COMM_WORLD together with WorkerExchange's constructor on the workers.
@@ -61,7 +73,23 @@ class ParameterServer {
   // runs after each complete step (parameters stay unchanged until the next step is pushed, so the hook may read
   // params(), e.g. to save).
   using StepHook = std::function<void(std::int64_t global_step)>;
-  std::int64_t serve(const StepHook& after_step = {});
+  struct Hooks {
+    StepHook after_step;
+    // ssp/async, asked on PS 0 after each round of W gradients: whether a checkpoint is due at
+    // this step (no collective call); PS 0 then asks the workers for a cut.
+    std::function<bool(std::int64_t global_step)> checkpoint_due;
+    // ssp/async, on every PS at each checkpoint cut, in the same order (collective over the PS
+    // is allowed): the state is at `cut`; the workers wait until every PS has returned.
+    std::function<void(const Cut&)> at_cut;
+  };
+  std::int64_t serve(const Hooks& hooks);
+  std::int64_t serve(const StepHook& after_step = {}) { return serve(Hooks{after_step, {}, {}}); }
+  // ssp/async, after serve(): where the run ended -- each worker's last position (as it left)
+  // and the gradients applied -- which the final checkpoint records. Reads PS 0's words.
+  Cut final_cut();
+  // ssp/async resumed from a cut, before start(): worker w starts first_pushes[w] steps after
+  // the run's first step; `gradients` were applied before this run (to every element).
+  void resume_cut(std::vector<std::int64_t> first_pushes, std::int64_t gradients);
 
   // Optional: receives the serve loop's phases ("ps wait", "ps apply") as they happen, e.g. for
   // a timeline. Times from now_seconds().
@@ -98,7 +126,11 @@ class ParameterServer {
  private:
   const ShardLayout& layout() const;
   void apply_block(int block);
-  std::int64_t serve_relaxed(const StepHook& after_step);
+  std::int64_t serve_relaxed(const Hooks& hooks);
+  // ssp/async: moves the cut protocol on (serve_relaxed, after each poll and apply).
+  void advance_cuts(const std::vector<std::int64_t>& words, const std::vector<std::int64_t>& consumed,
+                    const Hooks& hooks);
+  std::int64_t gradients_applied() const { return gradient_base_ + applied_min_; }
   // backup:B: the optimizer on block `block` with the slots of `workers` summed in that order,
   // times `scale` (publish_block() then writes what workers read).
   void apply_slots(int block, const std::vector<int>& workers, float scale);
@@ -140,6 +172,15 @@ class ParameterServer {
   AlignedBuffer<float> master_;         // --lookahead: the parameters (the window holds the published copy)
   ServerStats stats_;
   SpanSink span_sink_;
+  // ssp/async (cuts): gradients applied to every element before this run, and per worker the
+  // steps it starts after the run's first step; the least gradients applied to a block this run;
+  // PS 0: the newest cut asked for, and whether a checkpoint waits for one; every PS:
+  // the newest cut it has handled.
+  std::int64_t gradient_base_ = -1;
+  std::vector<std::int64_t> first_pushes_;
+  std::int64_t applied_min_ = 0;
+  std::int64_t cut_requested_ = 0, cut_handled_ = 0;
+  bool checkpoint_wanted_ = false;
   std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
 };
 

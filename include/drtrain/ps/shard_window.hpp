@@ -16,6 +16,7 @@
 //                               with W slots of S elements (float32, or bf16 with --wire bf16)
 //   fence:   one data window    params (and their bf16 copy), then the sum (or the W slots)
 //   control window (both):      version[B] | arrivals[B] | departed | stop_request | stop_at
+//                               | cut_request | cut_release | cut_ack[W] | cut_pos[W]
 //                               | pushed[W][B] | base[W][B] | taken[W][B] | readers[B]
 //                               | writing[B]   (int64; from stop_request, the relaxed modes')
 // version[b]: the newest published version of block b (the PS writes it, MPI_REPLACE).
@@ -28,6 +29,10 @@
 //   "Stopping on a signal"): the largest stop signal any rank received (MPI_MAX), and the step
 //   of this run every worker stops before, which PS 0 sets once it has seen the request (0: not
 //   yet).
+// cut_request, cut_release, cut_ack[w], cut_pos[w]: --sync-mode ssp/async, PS 0's only
+//   (docs/ARCHITECTURE.md, "Cuts"): the number of the newest cut PS 0 asked for (a checkpoint),
+//   the newest cut after which workers may go on; the newest cut worker w stopped at (INT64_MAX
+//   once it has left) and the step it stopped (or left) before.
 // pushed[w][b]: the last step worker w announced for block b (MPI_REPLACE, in the same flush as
 //   its arrival): read only to name the culprit when a wait times out.
 // base[w][b], taken[w][b], readers[b], writing[b]: --sync-mode backup/ssp/async
@@ -90,6 +95,12 @@ class ShardLayout {
   MPI_Aint departed_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_)); }
   MPI_Aint stop_request_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 1); }
   MPI_Aint stop_at_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 2); }
+  MPI_Aint cut_request_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 3); }
+  MPI_Aint cut_release_word() const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 4); }
+  MPI_Aint cut_ack_word(int worker) const { return word(2 * static_cast<MPI_Aint>(num_blocks_) + 5 + worker); }
+  MPI_Aint cut_pos_word(int worker) const {
+    return word(2 * static_cast<MPI_Aint>(num_blocks_) + 5 + num_workers_ + worker);
+  }
   MPI_Aint pushed_word(int worker, int block) const { return per_worker_word(0, worker, block); }
   // The relaxed modes' words (--sync-mode backup/ssp/async; zero and unused under sync).
   MPI_Aint base_word(int worker, int block) const { return per_worker_word(1, worker, block); }
@@ -97,15 +108,19 @@ class ShardLayout {
   MPI_Aint readers_word(int block) const { return per_worker_word(3, 0, block); }
   MPI_Aint writing_word(int block) const { return per_worker_word(3, 0, num_blocks_ + block); }
   std::size_t control_words() const {
-    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + 3;
+    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + kSingleWords +
+           2 * static_cast<std::size_t>(num_workers_);
   }
 
  private:
+  // departed, stop_request, stop_at, cut_request, cut_release
+  static constexpr std::size_t kSingleWords = 5;
   static MPI_Aint word(MPI_Aint index) { return 8 * index; }
-  // Word (worker, block) of the table-th W x B table after stop_at (0: pushed, 1: base, 2: taken;
+  // Word (worker, block) of the table-th W x B table after cut_pos (0: pushed, 1: base, 2: taken;
   // 3: readers[B] then writing[B], as worker 0).
   MPI_Aint per_worker_word(int table, int worker, int block) const {
-    const MPI_Aint blocks = num_blocks_, tables_start = 2 * blocks + 3;
+    const MPI_Aint blocks = num_blocks_,
+                   tables_start = 2 * blocks + static_cast<MPI_Aint>(kSingleWords) + 2 * MPI_Aint{num_workers_};
     return word(tables_start + table * static_cast<MPI_Aint>(num_workers_) * blocks +
                 static_cast<MPI_Aint>(worker) * blocks + block);
   }

@@ -29,6 +29,15 @@ class WorkerProtocol;
 struct Chunk;
 class WorkerExchange;
 
+// The relaxed modes' words of PS 0 a worker reads at each step boundary (docs/ARCHITECTURE.md,
+// "Stopping on a signal" and "Cuts"): the largest stop signal any rank requested (0: none); the
+// step of this run every worker stops before (backup; 0: not decided yet); the newest cut PS 0
+// asked for (ssp/async, for a checkpoint; 0: none), and the newest cut after which workers may
+// go on.
+struct RelaxedWords {
+  std::int64_t stop_request = 0, stop_at = 0, cut_request = 0, cut_release = 0;
+};
+
 // Seconds spent, summed since the last take_times().
 struct ExchangeTimes {
   double push_s = 0.0;  // issuing and completing pushes, signalling the PS
@@ -109,11 +118,23 @@ class WorkerExchange {
   // --sync-mode ssp: the most steps this worker was ahead of the slowest worker when it pushed.
   std::int64_t max_lead() const;
   // --sync-mode backup/ssp/async, which cast no per-step votes (docs/ARCHITECTURE.md, "Stopping
-  // on a signal"): raises PS 0's stop request to `signal`; and the stop as PS 0 holds it:
-  // {the largest signal requested (0: none), the step of this run every worker stops before
-  // (0: not decided yet)}. One control-word access to PS 0 each.
+  // on a signal"): raises PS 0's stop request to `signal`; and PS 0's stop and cut words. One
+  // control-word access to PS 0 each.
   void request_stop(int signal);
-  std::array<std::int64_t, 2> stop_words();
+  RelaxedWords relaxed_words();
+  // --sync-mode ssp/async at a step boundary (every push complete and announced): tells PS 0
+  // that this worker stopped at cut `cut` before step `position` of this run (two flushed
+  // writes: the position, then the cut). leave_at(position) says it for every later cut, before
+  // finish(): the worker has left, having trained the steps before `position`.
+  void ack_cut(std::int64_t cut, std::int64_t position);
+  // Whether this worker may stop at a cut here: always under async; under ssp:S not while
+  // another worker has pushed S steps beyond this one's (it may be waiting in its push for this
+  // worker's next gradient). One read of PS 0's pushed words under ssp.
+  bool can_pause_at_cut();
+  void leave_at(std::int64_t position);
+  // Before the first push: this worker starts `pushes` steps after the run's first step (ssp/
+  // async resumed from a cut, docs/ARCHITECTURE.md "Cuts"); its pushes are numbered from there.
+  void start_pushes_at(std::int64_t pushes);
   // Chunks that pull_during_push() brought back during pushes, since the exchange was made.
   std::int64_t chunks_pulled_during_push() const { return chunks_early_; }
   std::size_t total() const { return plan_.total(); }
