@@ -50,6 +50,16 @@ int info(const CheckpointFile& f) {
               static_cast<long long>(m.global_batch), m.model.c_str(), m.optimizer_config.c_str(),
               static_cast<long long>(m.num_ps), static_cast<long long>(m.num_workers), static_cast<long long>(m.towers),
               static_cast<unsigned long long>(m.seed), static_cast<unsigned long long>(m.checksum));
+  // Which run wrote it (docs/CHECKPOINT_FORMAT.md, "Runs").
+  const std::string parent =
+      m.parent_step < 0 ? std::string("none (a run from scratch)")
+      : m.parent_run_id.empty()
+          ? drt::str("a checkpoint without a run id, after ", m.parent_step, " updates")
+          : drt::str("run ", m.parent_run_id, ", its checkpoint after ", m.parent_step, " updates");
+  if (m.run_id.empty()) std::printf("run_id           none (written before run ids: an unknown run)\n");
+  else
+    std::printf("run_id           %s\nparent           %s\nlineage          %s\n", m.run_id.c_str(), parent.c_str(),
+                m.lineage.c_str());
   std::vector<std::string> b;
   for (auto x : m.shard_boundaries) b.push_back(std::to_string(x));
   std::printf("shard_boundaries %s\ntensors:\n", drt::join(b, " ").c_str());

@@ -139,6 +139,10 @@ void write_meta(hid_t file, const CheckpointMeta& m) {
     write_attribute(file, "worker_steps", m.worker_steps);
     write_attribute(file, "gradients", m.gradients);
   }
+  write_attribute(file, "run_id", m.run_id);
+  write_attribute(file, "parent_run_id", m.parent_run_id);
+  write_attribute(file, "parent_step", m.parent_step);
+  write_attribute(file, "lineage", m.lineage);
 }
 
 void write_completion(hid_t file, std::uint64_t checksum) {
@@ -182,6 +186,13 @@ CheckpointMeta read_meta(hid_t file) {
     if (m.worker_steps.size() != static_cast<std::size_t>(m.num_workers) || m.gradients < 0)
       throw CheckpointError(str("the metadata holds ", m.worker_steps.size(), " worker_steps for ", m.num_workers,
                                 " workers, or negative gradients"));
+  }
+  // Absent in files of drtrain before run ids: an unknown run (docs/CHECKPOINT_FORMAT.md, "Runs").
+  if (has_attribute(file, "run_id")) {
+    m.run_id = read_string_attribute(file, "run_id");
+    m.parent_run_id = read_string_attribute(file, "parent_run_id");
+    m.parent_step = read_int_attribute(file, "parent_step");
+    m.lineage = read_string_attribute(file, "lineage");
   }
   if (m.step < 0 || m.epoch < 0 || m.step_in_epoch < 0 || m.global_batch < 1)
     throw CheckpointError("the metadata holds impossible values (negative step or batch)");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <optional>
 
@@ -56,8 +57,52 @@ io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoin
   return meta;
 }
 
+// `text` of `root` on every rank of `comm`.
+std::string broadcast_text(const comm::Comm& comm, int root, std::string text) {
+  std::int64_t size = static_cast<std::int64_t>(text.size());
+  DRT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, root, comm.get()));
+  text.resize(static_cast<std::size_t>(size));
+  DRT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, root, comm.get()));
+  return text;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (std::size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1)
+    out.push_back(text.substr(from, nl - from));
+  out.push_back(text.substr(from));
+  return out;
+}
+
+// What PS 0 found in --checkpoint-dir at start-up (docs/CHECKPOINT_FORMAT.md, "Runs").
+struct DirectoryState {
+  std::vector<io::StoredCheckpoint> files;  // newest first, with the run that wrote each
+  std::optional<io::LatestRecord> latest;
+  std::vector<std::string> skipped;  // passed over by --resume as damaged
+};
+
+DirectoryState look_at(const std::string& dir) {
+  DirectoryState d;
+  d.files = io::scan_checkpoints(dir);
+  std::string problem;
+  d.latest = io::read_latest(dir, &problem);
+  if (!problem.empty()) log_warning(problem, "; --resume chooses among every checkpoint there, newest first");
+  return d;
+}
+
+// The line of runs a checkpoint continues: its lineage, or just its run (an empty line for a file
+// of drtrain before run ids).
+io::Lineage line_of(const io::CheckpointMeta& m) {
+  const std::optional<io::Lineage> line = io::Lineage::parse(m.lineage);
+  if (line && !line->empty() && line->run_id() == m.run_id) return *line;
+  return m.run_id.empty() ? io::Lineage() : io::Lineage::fresh(m.run_id);
+}
+
 // PS: the checkpoint to resume from, read; nullopt for a fresh start. Same outcome on every PS.
-std::optional<io::CheckpointMeta> choose_and_read(const Job& job, ResumePoint& r) {
+// Plain --resume tries the checkpoints of the line of the run that wrote last (LATEST), newest
+// first, or every checkpoint in a directory without LATEST; PS 0 orders them for every PS.
+std::optional<io::CheckpointMeta> choose_and_read(const Job& job, ResumePoint& r, DirectoryState& dir) {
   const TrainConfig& c = job.config;
   const bool lead = job.topo.role_index() == 0;
   if (c.resume != "latest") {
@@ -71,17 +116,81 @@ std::optional<io::CheckpointMeta> choose_and_read(const Job& job, ResumePoint& r
                             "verify FILE checks one) or start without --resume"));
     }
   }
-  for (const std::string& file : io::list_checkpoints(c.checkpoint_dir)) {
+  std::string order;
+  if (lead) order = join(io::resume_candidates(dir.files, dir.latest), "\n");
+  order = broadcast_text(job.topo.role_comm(), 0, order);
+  for (const std::string& file : order.empty() ? std::vector<std::string>() : split_lines(order)) {
     try {
       const io::CheckpointMeta m = read_into(job, file, r);
       r.file = file;
       return m;
     } catch (const io::CheckpointError& e) {
       if (lead) log_warning("skipping checkpoint ", file, ": ", e.what());
+      dir.skipped.push_back(file);
     }
   }
-  if (lead) log_info("--resume: no valid checkpoint in ", c.checkpoint_dir, "; starting from scratch");
+  if (lead)
+    log_info(
+        "--resume: no valid checkpoint in ", c.checkpoint_dir,
+        dir.latest ? str(" of the line of run ", dir.latest->run_id, ", which wrote last (LATEST)") : std::string(),
+        "; starting from scratch");
   return std::nullopt;
+}
+
+// PS 0 names this run and checks that it may write --checkpoint-dir (io::check_directory_use);
+// every rank learns the run's identity, or the same ConfigError.
+void establish_identity(const Job& job, ResumePoint& r, const DirectoryState& dir,
+                        const std::optional<io::CheckpointMeta>& parent) {
+  const TrainConfig& c = job.config;
+  const comm::Topology& topo = job.topo;
+  std::optional<std::string> error;
+  std::string packed;
+  if (topo.is_ps() && topo.role_index() == 0) {
+    try {
+      const std::string run_id = io::new_run_id();
+      const io::Lineage line = parent ? line_of(*parent).child(parent->step, run_id) : io::Lineage::fresh(run_id);
+      std::string note = str("run ", run_id, ": from scratch");
+      if (parent) {
+        std::error_code ec;
+        const std::string where = std::filesystem::path(r.file).parent_path().string();
+        const bool elsewhere = !c.checkpoint_dir.empty() &&
+                               !std::filesystem::equivalent(where.empty() ? "." : where, c.checkpoint_dir, ec);
+        const std::string of = parent->run_id.empty() ? std::string("a checkpoint without a run id (an older drtrain)")
+                                                      : str("run ", parent->run_id, "'s checkpoint");
+        note = elsewhere ? str("run ", run_id, ": forks ", of, " after ", parent->step,
+                               " updates, from another directory: its own line of checkpoints goes to ",
+                               c.checkpoint_dir, ", where other runs' files are left alone")
+                         : str("run ", run_id, ": continues ", of, " after ", parent->step, " updates");
+      }
+      if (!c.checkpoint_dir.empty()) {
+        io::RunStart start;
+        start.resume = !c.resume.empty();
+        start.parent = r.file;
+        if (parent) {
+          start.parent_run_id = parent->run_id;
+          start.parent_step = parent->step;
+          // Nothing left to train: the final save writes the parent's step (unless it is this file).
+          start.saves_parent_step =
+              r.step >= job.total_steps && r.file != io::checkpoint_path(c.checkpoint_dir, parent->step);
+        }
+        start.skipped = dir.skipped;
+        start.latest = dir.latest;
+        io::check_directory_use(c.checkpoint_dir, dir.files, line, start);
+      }
+      packed = join({run_id, parent ? parent->run_id : std::string(), line.text(), note}, "\n");
+    } catch (const ConfigError& e) {
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = str("--checkpoint-dir ", c.checkpoint_dir, ": ", e.what());
+    }
+  }
+  comm::raise_if_any(topo.world(), error);
+  const std::vector<std::string> fields =
+      split_lines(broadcast_text(topo.world(), topo.ps_world_ranks().front(), packed));
+  r.run_id = fields.at(0);
+  r.parent_run_id = fields.at(1);
+  r.lineage = fields.at(2);
+  r.identity_note = fields.at(3);
 }
 
 }  // namespace
@@ -126,22 +235,24 @@ void resume_cut(const Job& job, const std::vector<std::int64_t>& start, ResumePo
 
 ResumePoint prepare_resume(const Job& job) {
   ResumePoint r;
-  if (job.config.resume.empty()) return r;
   const comm::Topology& topo = job.topo;
+  const TrainConfig& c = job.config;
   std::optional<std::string> error;
+  DirectoryState dir;                        // PS 0
+  std::optional<io::CheckpointMeta> parent;  // PS
   // start[0] = step, [1] = checkpoint's global batch, [2] = epoch, [3] = step in epoch, [4] =
   // the checkpoint's workers, [5] = its gradients (-1: not a cut); then its worker_steps
   std::vector<std::int64_t> start(6 + static_cast<std::size_t>(topo.num_workers()), 0);
   start[5] = -1;
-  std::vector<std::int64_t> file_worker_steps;
   if (topo.is_ps()) {
     try {
-      if (const auto m = choose_and_read(job, r)) {
-        start[0] = m->step, start[1] = m->global_batch, start[2] = m->epoch, start[3] = m->step_in_epoch;
-        start[4] = m->num_workers, start[5] = m->gradients;
-        file_worker_steps.assign(m->worker_steps.begin(), m->worker_steps.end());
-        if (file_worker_steps.size() == static_cast<std::size_t>(topo.num_workers()))
-          std::copy(file_worker_steps.begin(), file_worker_steps.end(), start.begin() + 6);
+      if (topo.role_index() == 0 && !c.checkpoint_dir.empty()) dir = look_at(c.checkpoint_dir);
+      if (!c.resume.empty()) parent = choose_and_read(job, r, dir);
+      if (parent) {
+        start[0] = parent->step, start[1] = parent->global_batch, start[2] = parent->epoch;
+        start[3] = parent->step_in_epoch, start[4] = parent->num_workers, start[5] = parent->gradients;
+        if (parent->worker_steps.size() == static_cast<std::size_t>(topo.num_workers()))
+          std::copy(parent->worker_steps.begin(), parent->worker_steps.end(), start.begin() + 6);
       }
     } catch (const ConfigError& e) {
       error = e.what();
@@ -156,7 +267,10 @@ ResumePoint prepare_resume(const Job& job) {
   DRT_MPI_CHECK(MPI_Bcast(start.data(), static_cast<int>(start.size()), MPI_INT64_T, ps0, topo.world().get()));
   DRT_MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, ps0, topo.world().get()));
   r.file = name.data();
-  if (r.file.empty()) return r;
+  if (r.file.empty()) {
+    establish_identity(job, r, dir, parent);
+    return r;
+  }
   // The position in the data, in samples, is what carries over: the same epoch and the same
   // sample position in it, counted in this run's batches. The optimizer's update count carries
   // over as it is (Adam's bias correction); the step counter, the learning-rate schedule and the
@@ -179,6 +293,7 @@ ResumePoint prepare_resume(const Job& job) {
              ": the step counter and the learning-rate schedule continue "
              "from the position in the data (step ",
              r.step, " at batch ", batch, "), Adam's bias correction from the ", r.updates, " updates applied");
+  establish_identity(job, r, dir, parent);
   return r;
 }
 
@@ -197,6 +312,9 @@ Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const Re
       done_comm_(job.topo.role_comm().split(0, job.topo.role_index())),
       resumed_from_(resume.file),
       resumed_{resume.step, resume.file.empty() ? -1 : resume.updates, resume.worker_steps, resume.gradients},
+      run_id_(resume.run_id),
+      parent_run_id_(resume.parent_run_id),
+      line_(io::Lineage::parse(resume.lineage).value_or(io::Lineage::fresh(resume.run_id))),
       first_step_(resume.step),
       first_update_(resume.updates),
       last_time_(now_seconds()) {}
@@ -339,13 +457,21 @@ io::CheckpointMeta Checkpointer::meta(const SavePoint& point) const {
   m.shard_boundaries.assign(job_.plan.boundaries().begin(), job_.plan.boundaries().end());
   m.seed = c.seed;
   m.config = c.to_ini();
+  m.run_id = run_id_;
+  m.parent_run_id = parent_run_id_;
+  m.parent_step = resumed_from_.empty() ? -1 : first_update_;
+  m.lineage = line_.text();
   return m;
 }
 
 void Checkpointer::publish(const std::string& temp, const std::string& final_path, double bytes,
                            const std::string& how) {
-  io::publish_checkpoint(temp, final_path);
-  const auto removed = io::apply_retention(job_.config.checkpoint_dir, job_.config.keep);
+  // LATEST names the file before it is renamed into place; retention removes only this run's
+  // line's files (docs/CHECKPOINT_FORMAT.md, "Runs"), and temporary files while the lock is held.
+  const std::string name = std::filesystem::path(final_path).filename().string();
+  io::publish_checkpoint(temp, final_path, {name, run_id_, io::step_of(name), line_.text(), ""}, line_);
+  const auto removed = io::apply_retention(job_.config.checkpoint_dir, job_.config.keep, line_,
+                                           job_.checkpoint_lock && job_.checkpoint_lock->held());
   log_info("checkpoint ", final_path, ": ", human_bytes(bytes), " ", how,
            removed.empty() ? std::string() : str(", removed ", removed.size(), " old file(s)"));
 }

@@ -1,9 +1,12 @@
 // Checkpointing on the PS side (internal): the state lives on the PS, so only they write and
 // read checkpoints; workers learn from PS 0 where a resumed run starts.
 //   prepare_resume()  collective over topo.world(), before any window exists: the PS choose
-//                     the checkpoint (--resume: the newest valid one; corrupt files are skipped
-//                     with a warning), check that it fits, read their parts into staging
-//                     buffers; every rank learns the start step, or the same ConfigError.
+//                     the checkpoint (--resume: the newest valid one of the line of the run that
+//                     wrote last, LATEST; corrupt files are skipped with a warning), check that
+//                     it fits, read their parts into staging buffers; PS 0 names the run (a
+//                     fresh run id, its line) and checks that it may write --checkpoint-dir
+//                     without overwriting or mixing with another run's files; every rank learns
+//                     the start step and the identity, or the same ConfigError.
 //   Checkpointer      PS only: saves at --checkpoint-every steps / --checkpoint-secs seconds
 //                     (PS 0 decides, the others follow) and at the end; atomic; retention.
 //                     With --checkpoint-async (the default) a save during training snapshots
@@ -14,8 +17,10 @@
 //                     save due while the previous one is still being written waits for it, at
 //                     most half of --hang-timeout, then goes ahead or (PS 0 decides, with a
 //                     warning) is skipped, so a slow disk never turns into a hang.
-//                     The directory was made and checked at start-up, on every PS, with the
-//                     verdict shared by every rank (check_outputs() in trainer.cpp).
+//                     PS 0 publishes (LATEST first, then the rename) and applies --keep to its
+//                     run's line only. The directory was made and checked at start-up, on every
+//                     PS, and locked by PS 0, with the verdict shared by every rank
+//                     (check_outputs() in trainer.cpp).
 #pragma once
 
 #include <mpi.h>
@@ -27,6 +32,7 @@
 
 #include "drtrain/core/aligned_buffer.hpp"
 #include "drtrain/io/checkpoint.hpp"
+#include "drtrain/io/checkpoint_store.hpp"
 #include "drtrain/io/checkpoint_writer.hpp"
 #include "drtrain/ps/server.hpp"
 #include "drtrain/train/snapshot_writer.hpp"
@@ -50,6 +56,10 @@ struct ResumePoint {
   std::int64_t first_step_of(int worker) const {
     return worker_steps.empty() ? step : worker_steps[static_cast<std::size_t>(worker)];
   }
+  // This run's identity (every rank; docs/CHECKPOINT_FORMAT.md, "Runs"): a fresh id, the run of
+  // the checkpoint resumed (empty: from scratch or unknown), the line of runs (io::Lineage text),
+  // and the line the chief prints about it.
+  std::string run_id, parent_run_id, lineage, identity_note;
   // PS only: this PS's shard of the parameters and of each optimizer slot, read from the file.
   AlignedBuffer<float> params;
   std::vector<AlignedBuffer<float>> slots;
@@ -130,6 +140,8 @@ class Checkpointer {
   std::unique_ptr<InFlight> in_flight_;  // unique_ptr: the request's address stays put (watched)
   std::string resumed_from_;
   SavePoint resumed_;  // the state the run resumed from (updates -1: a fresh start)
+  std::string run_id_, parent_run_id_;
+  io::Lineage line_;  // this run's line: what --keep may remove
   std::int64_t first_step_, first_update_;
   SavePoint last_saved_{-1, -1, {}, -1};
   double last_time_;

@@ -16,6 +16,10 @@
 #include "drtrain/train/timeline.hpp"
 #include "drtrain/train/train_config.hpp"
 
+namespace drt::io {
+class DirectoryLock;
+}
+
 namespace drt::train {
 
 class Reporter;
@@ -35,6 +39,8 @@ struct Job {
   int blas_threads = 1;
   DevicePlan devices{};          // this rank's (PS: cpu)
   Timeline* timeline = nullptr;  // never null once the run starts (disabled without --timeline)
+  // PS 0 with --checkpoint-dir: its lock of the directory, held for the whole job (check_outputs).
+  std::shared_ptr<const io::DirectoryLock> checkpoint_lock{};
 };
 
 // A worker's data: the two splits (test may be null: no evaluation) and what the loader does to

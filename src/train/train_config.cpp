@@ -88,19 +88,21 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "also evaluate every this many steps (0: at epoch ends only); each evaluation's metrics record has "
        "the seconds since training started (time to accuracy)")
       ("checkpoint-dir", po::value<std::string>(&c.checkpoint_dir)->default_value(c.checkpoint_dir),
-       "write HDF5 checkpoints here (one at the end, more with --checkpoint-every/-secs)")
+       "write HDF5 checkpoints here (one at the end, more with --checkpoint-every/-secs); one job at a time, and a "
+       "run from scratch needs a directory without checkpoints")
       ("checkpoint-every", po::value<std::int64_t>(&c.checkpoint_every)->default_value(c.checkpoint_every),
        "steps between checkpoints (0: none)")
       ("checkpoint-secs", po::value<double>(&c.checkpoint_secs)->default_value(c.checkpoint_secs),
        "seconds between checkpoints (0: none)")
-      ("keep", po::value<int>(&c.keep)->default_value(c.keep), "newest checkpoints to keep")
+      ("keep", po::value<int>(&c.keep)->default_value(c.keep),
+       "newest checkpoints of this run's line to keep (other runs' files are never removed)")
       ("checkpoint-async", po::value<bool>(&c.checkpoint_async)->default_value(c.checkpoint_async),
        "write checkpoints during training in the background from a snapshot of each PS's shard (training "
        "pauses only for the copy; costs one more copy of the parameters and optimizer state on each PS); "
        "false: training waits for each save")
       ("resume", po::value<std::string>(&c.resume)->implicit_value("latest"),
-       "continue from the newest valid checkpoint in --checkpoint-dir (--resume), or from a file "
-       "(--resume FILE)");
+       "continue the run that wrote last in --checkpoint-dir from its newest valid checkpoint (--resume), or "
+       "from a file (--resume FILE)");
   // clang-format on
   return d;
 }

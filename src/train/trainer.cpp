@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -147,20 +148,27 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
 }
 
 // What the PS side will write, checked on the ranks that write it before any window exists:
-// every PS makes --checkpoint-dir (when missing) and checks that it is a writable directory;
-// world rank 0, which writes the --timeline trace, that it can open the file. A problem on any
-// rank becomes the same ConfigError on every rank, so the job ends at once with one message
-// instead of a PS-only error that would leave the workers waiting for the hang timeout.
-void check_outputs(const Job& job) {
+// every PS makes --checkpoint-dir (when missing) and checks that it is a writable directory, and
+// PS 0 locks it for the whole job (io::DirectoryLock: a second job on the same directory is
+// refused, naming the holder); world rank 0, which writes the --timeline trace, that it can open
+// the file. A problem on any rank becomes the same ConfigError on every rank, so the job ends at
+// once with one message instead of a PS-only error that would leave the workers waiting for the
+// hang timeout. Returns PS 0's lock (null elsewhere).
+std::shared_ptr<const io::DirectoryLock> check_outputs(const Job& job) {
   const TrainConfig& c = job.config;
   std::optional<std::string> error;
+  std::shared_ptr<const io::DirectoryLock> lock;
   try {
-    if (job.topo.is_ps() && !c.checkpoint_dir.empty()) io::prepare_checkpoint_dir(c.checkpoint_dir);
+    if (job.topo.is_ps() && !c.checkpoint_dir.empty()) {
+      io::prepare_checkpoint_dir(c.checkpoint_dir);
+      if (job.topo.role_index() == 0) lock = std::make_shared<const io::DirectoryLock>(c.checkpoint_dir);
+    }
     if (job.topo.world().rank() == 0 && !c.timeline.empty()) Timeline::check_output(c.timeline);
   } catch (const ConfigError& e) {
     error = e.what();
   }
   comm::raise_if_any(job.topo.world(), error);
+  return lock;
 }
 
 void print_setup(const Job& job, Reporter& out) {
@@ -391,7 +399,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     error = e.what();
   }
   comm::raise_if_any(topo.world(), error);
-  check_outputs(job);
+  job.checkpoint_lock = check_outputs(job);
   ResumePoint resume = prepare_resume(job);
   backend::set_blas_threads(topo.is_worker() ? job.blas_threads : 1);
   print_setup(job, *reporter);
@@ -404,6 +412,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1,
                        " of ", job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch,
                        " steps into it", resume.worker_steps.empty() ? "" : "; the slowest worker's: a cut", ")"));
+  reporter->line(resume.identity_note);
   // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
   // MPI call a little later (their messages name the culprit; its is the fallback).
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);

@@ -18,9 +18,10 @@ MODELS = {
             ("fc2.bias", (10,))],
 }
 INTS = ["format_version", "step", "epoch", "step_in_epoch", "samples_seen", "global_batch", "num_ps",
-        "num_workers", "towers", "complete"]
+        "num_workers", "towers", "complete", "parent_step"]
 UINTS = ["seed", "checksum"]
-STRINGS = ["drtrain_version", "model", "optimizer", "optimizer_config", "config", "created", "checksum_algorithm"]
+STRINGS = ["drtrain_version", "model", "optimizer", "optimizer_config", "config", "created", "checksum_algorithm",
+           "run_id", "parent_run_id", "lineage"]
 M64 = (1 << 64) - 1
 
 
@@ -95,6 +96,17 @@ def main():
                 total = (total + checksum_of(f"/{group_name}/{tensor}", data[()])) & M64
         if total != int(f.attrs["checksum"]):
             problems.append(f"checksum: file says {int(f.attrs['checksum']):016x}, recomputed {total:016x}")
+        # Runs: a fresh 128-bit id; the lineage ends with it, after the parent (run@step) if any.
+        run_id, parent, parent_step = attr("run_id"), attr("parent_run_id"), int(attr("parent_step"))
+        lineage = attr("lineage").split()
+        if len(run_id) != 32 or any(c not in "0123456789abcdef" for c in run_id):
+            problems.append(f"run_id {run_id!r} is not 32 hex digits")
+        if not lineage or lineage[-1] != run_id:
+            problems.append(f"lineage {attr('lineage')!r} does not end with the run id")
+        if parent_step < 0 and (parent or len(lineage) != 1):
+            problems.append(f"a run from scratch (parent_step {parent_step}) with parent {parent!r}, lineage {lineage}")
+        if parent_step >= 0 and parent and (len(lineage) < 2 or lineage[-2] != f"{parent}@{parent_step}"):
+            problems.append(f"lineage {lineage} does not end with the parent {parent}@{parent_step}")
         if "[" not in attr("config") and "model =" not in attr("config"):
             problems.append("config does not hold the resolved configuration")
     if problems:

@@ -27,12 +27,22 @@ CASE:
             /params, no optimizer slots), the file holds the model's definition, drtrain-ckpt
             verifies it and exports them with the parameters, and --resume on 2 PS (resharded)
             ends bitwise where an uninterrupted run ends
+  runs      a reused directory keeps every run: a run resumed from an older checkpoint of the
+            directory (run A wrote 20, 30, 40; B resumes 20 with --keep 1) is refused at start-up,
+            leaving A's files as they were, and runs in another directory as a fork of A; after
+            A's later files are moved away it runs in place, keeps its own checkpoints, and plain
+            --resume continues it; a fresh run into a used directory is refused naming the run and
+            its newest step; --keep removes only the run's own line (another run's files stay);
+            plain --resume continues the run that wrote last (LATEST) and, when that run's files
+            are damaged, refuses rather than continue another run; a second job on a directory
+            that a running job holds is refused naming its PS 0; a model mismatch names both models
   kill      kill -9 of a random rank at a random moment (training, checkpoint writes, start-up,
             the end), then --resume, again and again until a run completes: the final
             checkpoint is bitwise that of an uninterrupted --deterministic run (--trials N;
             CI runs 2, tests/e2e/kill_anywhere.sh runs many)
 """
 import argparse
+import hashlib
 import os
 import random
 import re
@@ -84,6 +94,10 @@ class Case:
         _, out = run([self.tool, "info", self.ckpt(60)])
         expect(out, "step             60", "info")
         expect(out, "/params/fc1.weight", "info")
+        expect(out, "parent           none (a run from scratch)", "info")
+        with h5py.File(self.ckpt(60), "r") as f:
+            run_id = f.attrs["run_id"].decode() if "run_id" in f.attrs else "(no run_id attribute)"
+        expect(out, f"run_id           {run_id}", "info")
         _, out = run([self.tool, "verify", self.ckpt(60)])
         expect(out, "checksum matches", "verify")
         _, out = run([self.tool, "stats", self.ckpt(60)])
@@ -344,6 +358,196 @@ class Case:
         if [f for f in os.listdir(d) if f.endswith(".tmp")]:
             raise SystemExit(f"FAIL: full: temporary files left: {sorted(os.listdir(d))}")
 
+    # ---- runs: helpers, then one method per defect (run in this order by `runs`)
+    RUNS_MODEL = ["--dataset", "synthetic", "--model", "mlp:784-32-10"]
+
+    def runs_dir(self, name):
+        d = os.path.join(self.a.work, "runs", name)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        return d
+
+    def train(self, *args, expect_ok=True):
+        return self.drtrain(3, *self.RUNS_MODEL, *args, expect_ok=expect_ok)
+
+    @staticmethod
+    def at(d, step):
+        return os.path.join(d, f"ckpt-{step:08d}.h5")
+
+    @staticmethod
+    def digests(d):
+        """{name: sha256} of the checkpoint files in d."""
+        return {f: hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest()
+                for f in sorted(os.listdir(d)) if f.startswith("ckpt-")}
+
+    @staticmethod
+    def attrs(path):
+        with h5py.File(path, "r") as f:
+            return {k: (v.decode() if isinstance(v, (bytes, np.bytes_)) else v) for k, v in f.attrs.items()}
+
+    @staticmethod
+    def refused(code, out, what, *needles):
+        if code == 0 or out.count("drtrain: error:") != 1:
+            print(out)
+            raise SystemExit(f"FAIL: runs: {what}: exit status {code}, expected one error line and a failure")
+        for needle in needles:
+            expect(out, needle, f"runs: {what}")
+
+    def unchanged(self, before, d, what):
+        after = self.digests(d)
+        if after != before:
+            raise SystemExit(f"FAIL: runs: {what}: {d} held {sorted(before)}, now {sorted(after)}"
+                             f"{' (contents changed)' if sorted(after) == sorted(before) else ''}")
+
+    def runs(self):
+        for part in (self.runs_fork, self.runs_fresh, self.runs_keep, self.runs_two_jobs, self.runs_model):
+            part()
+            print(f"ok: {part.__name__}")
+
+    def runs_fork(self):
+        # Run A writes 20, 30, 40; B resumes A's 20 in A's directory with --keep 1. Its checkpoints
+        # would be named like A's 30 and 40 (and --keep 1 used to delete each of B's as soon as it
+        # was published, and plain --resume then continued A): refused at start-up instead.
+        train, ckpt, files, attrs, refused, same = (self.train, self.at, self.digests, self.attrs, self.refused,
+                                                    self.unchanged)
+        d = self.runs_dir("ab")
+        train("--max-steps", "40", "--checkpoint-every", "10", "--checkpoint-dir", d)
+        a_run = attrs(ckpt(d, 40)).get("run_id", "(none)")
+        a_files = files(d)
+        if sorted(a_files) != ["ckpt-00000020.h5", "ckpt-00000030.h5", "ckpt-00000040.h5"]:
+            raise SystemExit(f"FAIL: runs: run A left {sorted(a_files)}")
+        b_args = ["--max-steps", "50", "--checkpoint-every", "5", "--keep", "1", "--resume", ckpt(d, 20)]
+        code, out = train(*b_args, "--checkpoint-dir", d, expect_ok=False)
+        refused(code, out, "a resume of an older checkpoint in place", f"continues run {a_run} from step 20",
+                f"run {a_run}: steps 30, 40", "another --checkpoint-dir", "move away")
+        same(a_files, d, "the refused fork")
+        # The same fork into a directory of its own: a new line, A's directory untouched.
+        d2 = self.runs_dir("ab-fork")
+        _, out = train(*b_args, "--checkpoint-dir", d2)
+        expect(out, f"forks run {a_run}'s checkpoint after 20 updates, from another directory", "runs: the fork")
+        same(a_files, d, "the fork into another directory")
+        if sorted(files(d2)) != ["ckpt-00000050.h5"]:
+            raise SystemExit(f"FAIL: runs: the fork with --keep 1 left {sorted(files(d2))}")
+        b = attrs(ckpt(d2, 50))
+        if b["parent_run_id"] != a_run or b["parent_step"] != 20 or b["lineage"] != f"{a_run}@20 {b['run_id']}":
+            raise SystemExit(f"FAIL: runs: the fork's identity: {b}")
+        # Going back in place: with A's later files moved away, B runs there and keeps its own
+        # newest checkpoint (A's 20, its ancestor, goes with --keep 1), and plain --resume continues B.
+        moved = self.runs_dir("ab-later")
+        for step in (30, 40):
+            os.rename(ckpt(d, step), ckpt(moved, step))
+        _, out = train("--max-steps", "35", "--checkpoint-every", "5", "--keep", "1", "--resume", ckpt(d, 20),
+                       "--checkpoint-dir", d)
+        if sorted(files(d)) != ["ckpt-00000035.h5"]:
+            print(out)
+            raise SystemExit(f"FAIL: runs: B in place with --keep 1 left {sorted(files(d))}")
+        _, out = train("--max-steps", "45", "--resume", "--checkpoint-dir", d)
+        expect(out, f"resuming from {ckpt(d, 35)} after 35 updates: step 36 of 45", "runs: plain --resume after B")
+        expect(out, f"continues run {attrs(ckpt(d, 35))['run_id']}'s checkpoint after 35 updates", "runs: B continued")
+
+    def runs_fresh(self):
+        # A fresh run into a used directory (it used to overwrite the files of its steps and leave
+        # a mix of two runs): refused, naming the run there and its newest checkpoint.
+        train, ckpt, files, attrs, refused, same = (self.train, self.at, self.digests, self.attrs, self.refused,
+                                                    self.unchanged)
+        used = self.runs_dir("used")
+        train("--max-steps", "20", "--checkpoint-every", "10", "--checkpoint-dir", used)
+        used_run, used_files = attrs(ckpt(used, 20)).get("run_id", "(none)"), files(used)
+        code, out = train("--max-steps", "10", "--seed", "2", "--checkpoint-dir", used, expect_ok=False)
+        refused(code, out, "a fresh run into a used directory", f"--checkpoint-dir {used} already holds checkpoints",
+                f"run {used_run}: steps 10, 20", f"newest {ckpt(used, 20)}", "pass --resume",
+                "another --checkpoint-dir")
+        same(used_files, used, "the refused fresh run")
+
+    def runs_keep(self):
+        # --keep removes the run's own line only. U writes 10 and 20 in `shared`; B resumes Z's
+        # checkpoint after 30 updates (another directory) into `shared` with --keep 1: U's files
+        # stay (they used to be deleted: the directory's newest step was all --keep looked at).
+        train, ckpt, files, attrs, refused = self.train, self.at, self.digests, self.attrs, self.refused
+        shared, z = self.runs_dir("shared"), self.runs_dir("z")
+        train("--max-steps", "20", "--checkpoint-every", "10", "--checkpoint-dir", shared)
+        u_files = files(shared)
+        train("--max-steps", "30", "--seed", "3", "--checkpoint-dir", z)
+        train("--max-steps", "45", "--checkpoint-every", "5", "--keep", "1", "--resume", ckpt(z, 30),
+              "--checkpoint-dir", shared)
+        if sorted(files(shared)) != ["ckpt-00000010.h5", "ckpt-00000020.h5", "ckpt-00000045.h5"]:
+            raise SystemExit(f"FAIL: runs: --keep 1 of a run resumed into a shared directory left "
+                             f"{sorted(files(shared))}, expected U's 10 and 20 and the run's 45")
+        for f, digest in u_files.items():
+            if files(shared).get(f) != digest:
+                raise SystemExit(f"FAIL: runs: U's {f} changed")
+        # Plain --resume continues the run that wrote last, C; C's checkpoint damaged, it does not
+        # fall back to U's (another run) but says so.
+        _, out = train("--max-steps", "50", "--keep", "1", "--resume", "--checkpoint-dir", shared)
+        expect(out, f"resuming from {ckpt(shared, 45)} after 45 updates", "runs: plain --resume in a shared directory")
+        c_run = attrs(ckpt(shared, 50))["run_id"]
+        with h5py.File(ckpt(shared, 50), "r") as f:
+            offset = f["params"]["fc1.weight"].id.get_offset()
+        with open(ckpt(shared, 50), "r+b") as f:
+            f.seek(offset + 1000)
+            data = bytearray(f.read(16))
+            f.seek(offset + 1000)
+            f.write(bytes(x ^ 0x5A for x in data))
+        code, out = train("--max-steps", "60", "--resume", "--checkpoint-dir", shared, expect_ok=False)
+        refused(code, out, "plain --resume whose line is damaged", f"skipping checkpoint {ckpt(shared, 50)}",
+                f"no valid checkpoint of the line of run {c_run}", "steps 10, 20", "--resume FILE")
+        if "resuming from" in out:
+            print(out)
+            raise SystemExit("FAIL: runs: plain --resume continued another run's checkpoint")
+
+    def runs_two_jobs(self):
+        # Two jobs on one directory: the second is refused while the first runs, naming its PS 0.
+        train, ckpt, refused = self.train, self.at, self.refused
+        busy = self.runs_dir("busy")
+        cmd = self.a.mpiexec.split() + ["-n", "3", os.path.join(self.a.bin, "drtrain"), "--num-ps", "1", "--log-every",
+                                        "1000", "--eval", "false", *self.RUNS_MODEL, "--epochs", "1000",
+                                        "--checkpoint-every", "50", "--checkpoint-dir", busy]
+        first = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        try:
+            def published():  # (--keep 3 removes the first ones soon)
+                return any(f.startswith("ckpt-") for f in os.listdir(busy))
+
+            deadline = time.time() + 120
+            while not published() and first.poll() is None and time.time() < deadline:
+                time.sleep(0.05)
+            if not published():
+                first.terminate()
+                raise SystemExit(f"FAIL: runs: the first job published no checkpoint\n{first.communicate()[0]}")
+            ranks = self.drtrain_ranks(busy)
+            code, out = train("--max-steps", "5", "--resume", "--checkpoint-dir", busy, expect_ok=False)
+            refused(code, out, "a second job on a directory in use", f"--checkpoint-dir {busy} is in use by another job",
+                    os.path.join(busy, ".lock"), "another --checkpoint-dir")
+            if not any(f"pid {pid}" in out for pid in ranks):
+                print(out)
+                raise SystemExit(f"FAIL: runs: the message names none of the first job's ranks {ranks}")
+            if first.poll() is not None:
+                raise SystemExit(f"FAIL: runs: the first job ended\n{first.communicate()[0]}")
+            os.kill(max(ranks), signal.SIGTERM)
+            out, _ = first.communicate(timeout=60)
+        finally:
+            if first.poll() is None:  # a check above failed: stop the first job (mpiexec passes SIGTERM on)
+                first.terminate()
+                try:
+                    first.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    first.kill()
+        if first.returncode != 75:
+            print(out)
+            raise SystemExit(f"FAIL: runs: the first job exited {first.returncode} on SIGTERM, expected 75")
+        steps = int(re.search(r'"steps":(\d+)', out).group(1))
+        _, out = train("--max-steps", str(steps + 5), "--resume", "--checkpoint-dir", busy)  # free again
+        expect(out, f"resuming from {ckpt(busy, steps)} after {steps} updates", "runs: after the first job")
+
+    def runs_model(self):
+        # A checkpoint of another model: both named.
+        d = self.runs_dir("model")
+        self.train("--max-steps", "10", "--checkpoint-dir", d)
+        code, out = self.drtrain(3, "--dataset", "synthetic", "--model", "mlp:784-16-10", "--max-steps", "50",
+                                 "--resume", self.at(d, 10), expect_ok=False)
+        self.refused(code, out, "another model",
+                     "the checkpoint holds --model mlp:784-32-10, this run has --model mlp:784-16-10")
+
     def drtrain_ranks(self, marker):
         """PIDs of the drtrain processes whose command line holds `marker`."""
         ranks = []
@@ -415,7 +619,7 @@ def main():
     p.add_argument("--trials", type=int, default=2, help="kill: trials (each killed and resumed until done)")
     p.add_argument("--seed", type=int, default=None, help="kill: the random seed (default: a fresh one, printed)")
     p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "slow", "full", "model",
-                                    "kill"])
+                                    "runs", "kill"])
     a = p.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1 << 30)
