@@ -1,13 +1,18 @@
 #!/usr/bin/python3
-"""Writes the seed corpora of fuzz/corpus/idx, fuzz/corpus/npy and fuzz/corpus/config (input layouts: fuzz/README.md).
+"""Writes the seed corpora of fuzz/corpus/idx, fuzz/corpus/npy, fuzz/corpus/config and fuzz/corpus/tokens (input
+layouts: fuzz/README.md).
 
 usage: fuzz/make_seeds.py [FUZZ_DIR]   (default: the directory of this script)
 The checkpoint seeds come from make_checkpoint_seeds (a C++ program built with the fuzzers).
 """
 import gzip
+import io
 import os
 import struct
 import sys
+
+import h5py
+import numpy as np
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 
@@ -89,3 +94,39 @@ write("config", "ini_full", "--epochs\n5\n%%\n# drtrain configuration\nmodel = m
       "lr-schedule = step\nlr-decay-steps = 100\nlr-decay-rate = 0.5\n")
 write("config", "ini_sections", "%%\n[layout]\nnum-ps = 1\n[optimizer]\nlr = 0.1\n")
 write("config", "ini_bad", "%%\nepochs = \nmodel\n= 3\nunknown-key = 1\n")
+
+# Tokens: byte 0 the parser (0 HDF5, 1 llm.c shard, 2 raw uint16); HDF5: byte 1 the context
+# (1 + byte % 64), then the file; the others: the file.
+def token_h5(tokens, vocab=300, chunks=None, fletcher32=False, dtype=np.uint16, attrs=None):
+    buffer = io.BytesIO()
+    with h5py.File(buffer, "w", libver="earliest") as f:
+        f.attrs["drtrain_dataset"] = 1
+        for key, value in (attrs if attrs is not None else {"vocab_size": vocab}).items():
+            f.attrs[key] = value
+        f.create_group("train").create_dataset("tokens", data=np.asarray(tokens, dtype=dtype), chunks=chunks,
+                                               fletcher32=fletcher32)
+    return buffer.getvalue()
+
+
+def llmc(tokens, magic=20240520, version=1, count=None, width=np.uint16):
+    header = np.zeros(256, dtype="<i4")
+    header[:3] = magic, version, len(tokens) if count is None else count
+    return header.tobytes() + np.asarray(tokens, dtype=width).astype(np.dtype(width).newbyteorder("<")).tobytes()
+
+
+stream = [(i * 37) % 300 for i in range(200)]
+write("tokens", "h5_uint16_contiguous", bytes([0, 3]) + token_h5(stream))
+write("tokens", "h5_uint8_chunked_fletcher", bytes([0, 7]) + token_h5([i % 256 for i in range(300)], vocab=256,
+                                                                        chunks=(16,), fletcher32=True, dtype=np.uint8))
+write("tokens", "h5_uint32_big_endian", bytes([0, 0]) + token_h5(stream, vocab=70000, chunks=(50,), dtype=">u4"))
+write("tokens", "h5_token_out_of_range", bytes([0, 3]) + token_h5(stream[:7] + [300] + stream[8:]))
+write("tokens", "h5_signed", bytes([0, 3]) + token_h5(stream, dtype=np.int64))
+write("tokens", "h5_no_vocab", bytes([0, 3]) + token_h5(stream, attrs={}))
+write("tokens", "h5_too_short", bytes([0, 63]) + token_h5(stream[:20]))
+write("tokens", "llmc_gpt2", bytes([1]) + llmc([1, 2, 50256, 3]))
+write("tokens", "llmc_llama3", bytes([1]) + llmc([1, 128000, 3], magic=20240801, version=7, width=np.uint32))
+write("tokens", "llmc_bad_magic", bytes([1]) + llmc([1, 2], magic=12345))
+write("tokens", "llmc_cut_short", bytes([1]) + llmc([1, 2], count=3))
+write("tokens", "llmc_negative_count", bytes([1]) + llmc([], count=-1))
+write("tokens", "uint16_raw", bytes([2]) + np.array([5, 65535, 0], dtype="<u2").tobytes())
+write("tokens", "uint16_odd", bytes([2, 1, 2, 3]))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # libFuzzer targets (fuzz/README.md) for the code that parses untrusted input: the IDX dataset
-# reader, the .npy reader, the command line / --config parser, the checkpoint reader and the
-# model-file parser. Configures a separate
+# reader, the .npy reader, the command line / --config parser, the checkpoint reader, the
+# model-file parser and the token-stream readers (HDF5 token splits, llm.c and uint16 .bin
+# files). Configures a separate
 # clang build in build-fuzz/ (ASan + UBSan + coverage on the drtrain libraries; CPU only, no
 # tests, no benchmarks), builds only the fuzz targets, and runs each for DRT_FUZZ_SECONDS
 # (default 20) from its seed corpus in fuzz/corpus/. Exits non-zero on any finding; the input
@@ -14,7 +15,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 DRT_BUILD="$DRT_ROOT/build-fuzz"
 seconds=${DRT_FUZZ_SECONDS:-20}
-targets=${DRT_FUZZ_TARGETS:-idx npy config checkpoint model}
+targets=${DRT_FUZZ_TARGETS:-idx npy config checkpoint model tokens}
 
 cmake -S "$DRT_ROOT" -B "$DRT_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \

@@ -20,6 +20,7 @@ packages=(
   python3-matplotlib                  # scripts/plot_metrics.py
   iproute2 procps util-linux          # the emulated cluster: ip/tc, pgrep, unshare
   dataset-fashion-mnist               # training data under /usr/share/datasets/fashion-mnist
+  python3.11-doc                      # a text corpus (Python's documentation): scripts/make_text_corpus.sh
 )
 
 # Wanted but not required: the Slurm test runs the jobs/ scripts on a private Slurm and reports

@@ -2,8 +2,12 @@
 //   drtrain-data convert --idx DIR OUT.h5 [options]            MNIST-style IDX pairs (train-*, t10k-*)
 //   drtrain-data convert --npy X.npy Y.npy [--test-npy X Y] [--layout NCHW|NHWC] OUT.h5 [options]
 //       options: --classes K, --class-names A,B,..., --normalize, --compress LEVEL, --chunk-kib K
-//   drtrain-data info FILE                                     header, storage, samples per class
-//   drtrain-data verify FILE                                   reads every chunk and label back
+//   drtrain-data convert --text FILE|DIR|GLOB... [--test-text ... | --test-fraction F] OUT.h5
+//   drtrain-data convert --llmc-bin 'train_*.bin' [--test-llmc-bin 'val_*.bin'] [--vocab-size V] OUT.h5
+//   drtrain-data convert --uint16-bin train.bin [--test-uint16-bin val.bin] --vocab-size V OUT.h5
+//                                                              token streams (byte-level text, llm.c, nanoGPT)
+//   drtrain-data info FILE                                     header, storage, samples per class or tokens
+//   drtrain-data verify FILE                                   reads every chunk, label and token back
 //   drtrain-data synth OUT.h5 --count N --shape C,H,W [...]    a synthetic set of any size
 //   drtrain-data bench FILE [--batch B] [...]                  random-batch read throughput
 // Exit status: 0 fine, 1 a bad or unreadable file (verify: a problem found), 2 bad usage.
@@ -14,7 +18,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -27,6 +33,9 @@
 #include "drtrain/data/hdf5_format.hpp"
 #include "drtrain/data/hdf5_source.hpp"
 #include "drtrain/data/synthetic_hdf5.hpp"
+#include "drtrain/data/token_convert.hpp"
+#include "drtrain/data/token_format.hpp"
+#include "drtrain/data/token_source.hpp"
 
 namespace {
 
@@ -39,12 +48,22 @@ constexpr const char* kUsage =
     "           options: --classes K (default: largest label + 1), --class-names A,B,...,\n"
     "                    --normalize (store the train split's per-channel mean/std), --compress LEVEL (gzip 1-9),\n"
     "                    --chunk-kib K (image chunks of about K KiB, default 32)\n"
-    "       drtrain-data info FILE\n"
-    "       drtrain-data verify FILE\n"
+    "       drtrain-data convert --text FILE|DIR|'GLOB'... [--test-text FILE|DIR|'GLOB'... | --test-fraction F] "
+    "OUT.h5\n"
+    "       drtrain-data convert --llmc-bin 'train_*.bin'... [--test-llmc-bin 'val_*.bin'...] [--vocab-size V] OUT.h5\n"
+    "       drtrain-data convert --uint16-bin train.bin... [--test-uint16-bin val.bin...] --vocab-size V OUT.h5\n"
+    "           token streams (/train/tokens, /test/tokens): --text is byte-level (vocabulary 256, a 0 byte before\n"
+    "           each file; directories: every file below, sorted); --llmc-bin: llm.c shards (default --vocab-size\n"
+    "           50257, GPT-2), --uint16-bin: nanoGPT's train.bin; patterns in sorted order; a file list ends at the\n"
+    "           next option or at OUT.h5 (.h5 or .hdf5); --test-fraction F: the last F of each file is /test;\n"
+    "           also --compress LEVEL, --chunk-kib K (chunks of tokens, default 32)\n"
+    "       drtrain-data info FILE            images: shapes, storage, samples per class; tokens: count, vocab_size\n"
+    "       drtrain-data verify FILE          every chunk, label and token (each below vocab_size) read back\n"
     "       drtrain-data synth OUT.h5 --count N --shape C,H,W [--classes K] [--test-count M] [--dtype uint8|float32]\n"
     "                          [--layout NCHW|NHWC] [--seed S] [--normalize] [--compress LEVEL] [--chunk-kib K]\n"
     "       drtrain-data bench FILE [--split train|test] [--batch B] [--seconds S] [--cache-mib M] [--cold] [--seed "
     "S]\n"
+    "                          [--context T (token files: windows of T tokens, default 256)]\n"
     "The format: docs/DATA_FORMAT.md. Exit status: 0 fine, 1 a bad file, 2 bad usage.\n";
 
 class UsageError : public std::runtime_error {
@@ -52,7 +71,19 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Positional arguments and --options, each option taking a fixed number of values.
+// A list option (kList) takes one or more values: up to the next --option or up to an argument
+// naming an HDF5 file (.h5, .hdf5), which is the output.
+constexpr int kList = -1;
+
+bool names_hdf5(const std::string& arg) {
+  for (const char* ext : {".h5", ".hdf5"}) {
+    const std::string e = ext;
+    if (arg.size() > e.size() && arg.compare(arg.size() - e.size(), e.size(), e) == 0) return true;
+  }
+  return false;
+}
+
+// Positional arguments and --options, each option taking a fixed number of values (or a list).
 struct Args {
   std::vector<std::string> positional;
   std::map<std::string, std::vector<std::string>> options;
@@ -68,12 +99,22 @@ struct Args {
       if (spec == arity.end()) throw UsageError("unknown option '" + arg + "' for " + argv[1]);
       if (options.count(arg)) throw UsageError(arg + " given twice");
       std::vector<std::string> values;
+      if (spec->second == kList) {
+        while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0 && !names_hdf5(argv[i + 1]))
+          values.emplace_back(argv[++i]);
+        if (values.empty()) throw UsageError(arg + " needs at least one file");
+      }
       for (int v = 0; v < spec->second; ++v) {
         if (i + 1 >= argc) throw UsageError(drt::str(arg, " needs ", spec->second, " value(s)"));
         values.emplace_back(argv[++i]);
       }
       options[arg] = values;
     }
+  }
+  const std::vector<std::string>& list(const std::string& name) const {
+    static const std::vector<std::string> none;
+    const auto it = options.find(name);
+    return it == options.end() ? none : it->second;
   }
   bool has(const std::string& name) const { return options.count(name) > 0; }
   std::string value(const std::string& name, const std::string& fallback = "") const {
@@ -119,6 +160,14 @@ ConvertOptions convert_options(const Args& a) {
 }
 
 int print_summary(const std::string& file) {
+  if (data_kind(file) == DataKind::kTokens) {
+    for (const std::string& split : list_splits(file)) {
+      const TokenSplitHeader h = read_token_header(file, split);
+      std::printf("wrote %s:/%s: %lld tokens (%s), vocab_size %lld\n", file.c_str(), split.c_str(),
+                  static_cast<long long>(h.count), h.storage.type.c_str(), static_cast<long long>(h.vocab_size));
+    }
+    return 0;
+  }
   for (const std::string& split : list_splits(file)) {
     const SplitHeader h = read_split_header(file, split);
     std::printf("wrote %s:/%s: %lld samples of %dx%dx%d %s (%s), %lld classes%s\n", file.c_str(), split.c_str(),
@@ -127,6 +176,38 @@ int print_summary(const std::string& file) {
                 h.mean.empty() ? "" : drt::str(", mean ", floats_text(h.mean), " std ", floats_text(h.stddev)).c_str());
   }
   return 0;
+}
+
+double parse_fraction(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(value > 0.0 && value < 1.0))
+    throw UsageError("--test-fraction " + text + ": expected a number between 0 and 1 (e.g. 0.05)");
+  return value;
+}
+
+// convert --text / --llmc-bin / --uint16-bin: token streams.
+int convert_tokens(const Args& a, const std::string& out) {
+  for (const char* image_option :
+       {"--idx", "--npy", "--test-npy", "--layout", "--classes", "--class-names", "--normalize"})
+    if (a.has(image_option)) throw UsageError(drt::str(image_option, " goes with images (--idx, --npy), not tokens"));
+  TokenConvertOptions o;
+  o.vocab_size = a.number("--vocab-size", 0, 1, kMaxVocabulary);
+  if (a.has("--test-fraction")) o.test_fraction = parse_fraction(a.value("--test-fraction"));
+  o.compress_level = static_cast<int>(a.number("--compress", 0, 0, 9));
+  o.chunk_bytes = static_cast<std::size_t>(a.number("--chunk-kib", 32, 1, 1 << 20)) << 10;
+  const bool text = a.has("--text"), llmc = a.has("--llmc-bin");
+  const std::string train = text ? "--text" : llmc ? "--llmc-bin" : "--uint16-bin";
+  const std::string test = "--test-" + train.substr(2);
+  for (const char* option : {"--test-text", "--test-llmc-bin", "--test-uint16-bin"})
+    if (a.has(option) && option != test)
+      throw UsageError(drt::str(option, " goes with --", std::string(option).substr(7)));
+  if (a.has("--test-fraction") && a.has(test))
+    throw UsageError("--test-fraction and " + test + " both make the test split: give one of them");
+  if (text && a.has("--vocab-size")) throw UsageError("--vocab-size: --text is byte-level, its vocabulary is 256");
+  if (text) convert_text(a.list("--text"), a.list("--test-text"), out, o);
+  else convert_token_files(llmc ? TokenBinKind::kLlmc : TokenBinKind::kUint16, a.list(train), a.list(test), out, o);
+  return print_summary(out);
 }
 
 int convert(int argc, char** argv) {
@@ -139,10 +220,29 @@ int convert(int argc, char** argv) {
                 {"--class-names", 1},
                 {"--normalize", 0},
                 {"--compress", 1},
-                {"--chunk-kib", 1}});
-  if (a.has("--idx") == a.has("--npy")) throw UsageError("convert takes --idx DIR or --npy X.npy Y.npy");
-  if (a.positional.size() != 1) throw UsageError("convert writes one file: give OUT.h5 once");
+                {"--chunk-kib", 1},
+                {"--text", kList},
+                {"--test-text", kList},
+                {"--test-fraction", 1},
+                {"--llmc-bin", kList},
+                {"--test-llmc-bin", kList},
+                {"--uint16-bin", kList},
+                {"--test-uint16-bin", kList},
+                {"--vocab-size", 1}});
+  const int inputs = static_cast<int>(a.has("--idx")) + static_cast<int>(a.has("--npy")) +
+                     static_cast<int>(a.has("--text")) + static_cast<int>(a.has("--llmc-bin")) +
+                     static_cast<int>(a.has("--uint16-bin"));
+  if (inputs != 1)
+    throw UsageError("convert takes one kind of input: --idx DIR, --npy X.npy Y.npy, --text FILE..., --llmc-bin "
+                     "FILE... or --uint16-bin FILE...");
+  if (a.positional.size() != 1)
+    throw UsageError("convert writes one file: give OUT.h5 once (after a list of files, OUT must end in .h5 or .hdf5)");
   const std::string out = a.positional[0];
+  if (a.has("--text") || a.has("--llmc-bin") || a.has("--uint16-bin")) return convert_tokens(a, out);
+  for (const char* token_option :
+       {"--test-text", "--test-fraction", "--test-llmc-bin", "--test-uint16-bin", "--vocab-size"})
+    if (a.has(token_option))
+      throw UsageError(drt::str(token_option, " goes with token streams (--text, --llmc-bin, --uint16-bin)"));
   const ConvertOptions options = convert_options(a);
   if (a.has("--idx")) {
     if (a.has("--test-npy") || a.has("--layout")) throw UsageError("--test-npy and --layout go with --npy");
@@ -171,10 +271,27 @@ std::string storage_text(const DatasetStorage& s) {
   return text + drt::str(", ", drt::human_bytes(static_cast<double>(s.storage_bytes)), " in the file");
 }
 
+// info of a token file: the root attributes, each split's count and storage.
+int token_info(const std::string& file) {
+  const std::vector<std::string> splits = list_splits(file);
+  for (std::size_t i = 0; i < splits.size(); ++i) {
+    const TokenSplitHeader h = read_token_header(file, splits[i]);
+    if (i == 0) {
+      std::printf("%s: drtrain token data set, format version %lld, vocab_size %lld\n", file.c_str(),
+                  static_cast<long long>(kDataFormatVersion), static_cast<long long>(h.vocab_size));
+      if (!h.source.empty()) std::printf("  source: %s\n", h.source.c_str());
+    }
+    std::printf("/%s: %lld tokens\n", h.split.c_str(), static_cast<long long>(h.count));
+    std::printf("  tokens  %s\n", storage_text(h.storage).c_str());
+  }
+  return 0;
+}
+
 int info(int argc, char** argv) {
   const Args a(argc, argv, 2, {});
   if (a.positional.size() != 1) throw UsageError("info takes one FILE");
   const std::string file = a.positional[0];
+  if (data_kind(file) == DataKind::kTokens) return token_info(file);
   const std::vector<std::string> splits = list_splits(file);
   for (std::size_t i = 0; i < splits.size(); ++i) {
     const SplitHeader h = read_split_header(file, splits[i]);
@@ -216,6 +333,15 @@ int verify(int argc, char** argv) {
   if (a.positional.size() != 1) throw UsageError("verify takes one FILE");
   const std::string file = a.positional[0];
   try {
+    if (data_kind(file) == DataKind::kTokens) {
+      for (const std::string& split : list_splits(file)) {
+        const std::int64_t count = check_tokens(file, split);
+        std::printf("%s:/%s: %lld tokens read back, each below vocab_size %lld\n", file.c_str(), split.c_str(),
+                    static_cast<long long>(count), static_cast<long long>(read_token_header(file, split).vocab_size));
+      }
+      std::printf("OK: %s\n", file.c_str());
+      return 0;
+    }
     std::optional<SplitHeader> first;
     for (const std::string& split : list_splits(file)) {
       const SplitHeader h = read_split_header(file, split);
@@ -322,13 +448,20 @@ int synth(int argc, char** argv) {
 // Random batches (uniform, with replacement) read through a SampleSource, as training would.
 int bench(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {{"--split", 1}, {"--batch", 1}, {"--seconds", 1}, {"--cache-mib", 1}, {"--cold", 0}, {"--seed", 1}});
+               {{"--split", 1},
+                {"--batch", 1},
+                {"--seconds", 1},
+                {"--cache-mib", 1},
+                {"--cold", 0},
+                {"--seed", 1},
+                {"--context", 1}});
   if (a.positional.size() != 1) throw UsageError("bench takes one FILE");
   const std::string file = a.positional[0];
   const std::string split = a.value("--split", "train");
   const auto batch = static_cast<std::size_t>(a.number("--batch", 64, 1, 1 << 20));
   const double seconds = static_cast<double>(a.number("--seconds", 5, 1, 3600));
   const auto cache = static_cast<std::size_t>(a.number("--cache-mib", 64, 0, 1 << 20)) << 20;
+  const int context = static_cast<int>(a.number("--context", 256, 1, 1 << 24));
   if (a.has("--cold")) {  // drop this file's pages from the page cache (only this file's)
     const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
@@ -337,14 +470,32 @@ int bench(int argc, char** argv) {
       ::close(fd);
     }
   }
-  const SplitHeader h = read_split_header(file, split);
-  auto source = open_hdf5_source(file, split, cache);
-  const std::size_t floats = source->info().sample_floats();
+  const bool tokens = data_kind(file) == DataKind::kTokens;
+  if (!tokens && a.has("--context")) throw UsageError("--context goes with token files; " + file + " holds images");
+  std::string what;   // the set, for the report
+  double stored = 0;  // bytes a sample occupies as stored
+  std::unique_ptr<SampleSource> source;
+  if (tokens) {
+    const TokenSplitHeader h = read_token_header(file, split);
+    source = open_token_source(file, split, context, cache);
+    what = drt::str(h.count, " tokens (", h.storage.type, "), windows of ", context, ", chunks ",
+                    h.storage.chunk.empty() ? "none (contiguous)" : shape_text(h.storage.chunk));
+    stored = static_cast<double>(context) * static_cast<double>(h.storage.storage_bytes) / static_cast<double>(h.count);
+  } else {
+    const SplitHeader h = read_split_header(file, split);
+    source = open_hdf5_source(file, split, cache);
+    what =
+        drt::str(h.count, " samples of ", h.channels, "x", h.height, "x", h.width, " ", pixel_type_name(h.pixel_type),
+                 ", chunks ", h.images.chunk.empty() ? "none (contiguous)" : shape_text(h.images.chunk));
+    stored = static_cast<double>(source->info().sample_floats() * pixel_bytes(h.pixel_type));
+  }
+  const SourceInfo& info = source->info();
+  const std::size_t floats = info.sample_floats();
   std::vector<float> images(batch * floats);
-  std::vector<std::int32_t> labels(batch);
+  std::vector<std::int32_t> labels(batch * static_cast<std::size_t>(info.targets));
   std::vector<std::int64_t> indices(batch);
   std::mt19937_64 rng(static_cast<std::uint64_t>(a.number("--seed", 1, 0, std::numeric_limits<long long>::max())));
-  const auto count = static_cast<std::uint64_t>(h.count);
+  const auto count = static_cast<std::uint64_t>(info.count);
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   double elapsed = 0, first_batch = 0;
@@ -362,15 +513,13 @@ int bench(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   const double samples = static_cast<double>(batches) * static_cast<double>(batch);
-  const double stored = static_cast<double>(floats * pixel_bytes(h.pixel_type));
-  std::printf("%s:/%s: %lld samples of %dx%dx%d %s, chunks %s, cache %s%s\n", file.c_str(), split.c_str(),
-              static_cast<long long>(h.count), h.channels, h.height, h.width, pixel_type_name(h.pixel_type),
-              h.images.chunk.empty() ? "none (contiguous)" : shape_text(h.images.chunk).c_str(),
+  std::printf("%s:/%s: %s, cache %s%s\n", file.c_str(), split.c_str(), what.c_str(),
               drt::human_bytes(static_cast<double>(cache)).c_str(),
               a.has("--cold") ? ", page cache dropped first" : "");
-  std::printf("%lld random batches of %zu in %.2f s: %.0f samples/s, %.1f MB/s of pixels as stored, %.1f MB/s of "
+  std::printf("%lld random batches of %zu in %.2f s: %.0f samples/s, %.1f MB/s %s, %.1f MB/s of "
               "float output; per batch median %.3f ms, p99 %.3f ms, first %.3f ms\n",
               static_cast<long long>(batches), batch, elapsed, samples / elapsed, samples * stored / elapsed / 1e6,
+              tokens ? "of tokens as stored (with filters)" : "of pixels as stored",
               samples * static_cast<double>(floats) * 4 / elapsed / 1e6, times[times.size() / 2] * 1e3,
               times[std::min(times.size() - 1, times.size() * 99 / 100)] * 1e3, first_batch * 1e3);
   return 0;
@@ -383,6 +532,11 @@ int run(int argc, char** argv) {
     std::printf("%s", kUsage);
     return 0;
   }
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {  // drtrain-data convert --help
+      std::printf("%s", kUsage);
+      return 0;
+    }
   if (command == "convert") return convert(argc, argv);
   if (command == "info") return info(argc, argv);
   if (command == "verify") return verify(argc, argv);

@@ -26,6 +26,9 @@ LoaderConfig validated(const SampleSource& source, const LoaderConfig& config) {
   if (config.total_steps < 0)
     throw ConfigError(str("the total number of steps must be >= 0 (got ", config.total_steps, ")"));
   if (config.depth < 1) throw ConfigError(str("the loader queue depth must be >= 1 (got ", config.depth, ")"));
+  if (source.info().tokens && (config.augment.any() || config.normalize.any()))
+    throw ConfigError(
+        str(source.info().name, " holds windows of tokens: --augment and --normalize apply to images only"));
   if (config.normalize.any() && config.normalize.mean.size() != static_cast<std::size_t>(source.info().channels))
     throw ConfigError(
         str("the normalisation has ", config.normalize.mean.size(), " channels, the data ", source.info().channels));
@@ -39,7 +42,7 @@ TowerBatch read_tower_batch(SampleSource& source, const std::vector<int>& sample
   TowerBatch batch;
   batch.count = static_cast<int>(samples.size());
   batch.images.resize(samples.size() * info.sample_floats());
-  batch.labels.resize(samples.size());
+  batch.labels.resize(samples.size() * static_cast<std::size_t>(info.targets));
   source.read(std::vector<std::int64_t>(samples.begin(), samples.end()), batch.images.data(), batch.labels.data());
   normalize_images(normalize, info.channels, static_cast<std::size_t>(info.height) * info.width, batch.images.data(),
                    samples.size());
@@ -64,6 +67,7 @@ void BatchLoader::produce() {
     const SourceInfo& info = source_.info();
     const auto count = static_cast<int>(info.count);
     const std::size_t sample = info.sample_floats();
+    const auto targets = static_cast<std::size_t>(info.targets);  // labels per sample
     const std::size_t plane = static_cast<std::size_t>(info.height) * static_cast<std::size_t>(info.width);
     std::vector<float> images, scratch(plane);
     std::vector<std::int32_t> labels;
@@ -93,7 +97,7 @@ void BatchLoader::produce() {
         indices.insert(indices.end(), parts.back().begin(), parts.back().end());
       }
       images.resize(indices.size() * sample);
-      labels.resize(indices.size());
+      labels.resize(indices.size() * targets);
       source_.read(indices, images.data(), labels.data());
       std::size_t at = 0;
       for (int t = 0; t < c.towers; ++t) {
@@ -103,8 +107,8 @@ void BatchLoader::produce() {
         tb.first = plan->part_begin(step, c.worker, t);
         tb.images.assign(images.begin() + static_cast<std::ptrdiff_t>(at * sample),
                          images.begin() + static_cast<std::ptrdiff_t>((at + part.size()) * sample));
-        tb.labels.assign(labels.begin() + static_cast<std::ptrdiff_t>(at),
-                         labels.begin() + static_cast<std::ptrdiff_t>(at + part.size()));
+        tb.labels.assign(labels.begin() + static_cast<std::ptrdiff_t>(at * targets),
+                         labels.begin() + static_cast<std::ptrdiff_t>((at + part.size()) * targets));
         for (std::size_t i = 0; i < part.size(); ++i)
           augment_image(c.augment, c.seed, batch.epoch, part[i], info.channels, info.height, info.width,
                         tb.images.data() + i * sample, scratch.data());

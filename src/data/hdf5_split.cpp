@@ -12,6 +12,7 @@
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/data/token_format.hpp"
 
 namespace drt::data::h5 {
 
@@ -22,12 +23,16 @@ namespace {
 constexpr std::int64_t kMaxSide = 65536;                          // C, H and W each
 constexpr std::int64_t kMaxSampleValues = std::int64_t{1} << 28;  // C*H*W: 1 GiB of floats
 
+}  // namespace
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::vector<std::string> parts;
   parts.reserve(shape.size());
   for (std::int64_t d : shape) parts.push_back(std::to_string(d));
   return "[" + join(parts, ", ") + "]";
 }
+
+namespace {
 
 std::vector<std::int64_t> dims_of(hid_t dataset) {
   H5Id space(DRT_H5_CHECK(H5Dget_space(dataset), "H5Dget_space"));
@@ -49,8 +54,8 @@ std::string filter_text(H5Z_filter_t id, const unsigned* values, std::size_t cou
   }
 }
 
-// The storage of `dataset`, and whether every filter it needs is available in this HDF5 library
-// (the first missing one's description in `missing`).
+}  // namespace
+
 DatasetStorage describe_storage(hid_t dataset, std::string* missing) {
   DatasetStorage s;
   H5Id type(DRT_H5_CHECK(H5Dget_type(dataset), "H5Dget_type"));
@@ -77,6 +82,8 @@ DatasetStorage describe_storage(hid_t dataset, std::string* missing) {
   return s;
 }
 
+namespace {
+
 // The integer value of a scalar (or one-element) attribute; nullopt when it is absent.
 std::optional<std::int64_t> read_int_attribute(const std::string& file, const std::string& object, hid_t holder,
                                                const std::string& name, const std::string& fix) {
@@ -93,9 +100,10 @@ std::optional<std::int64_t> read_int_attribute(const std::string& file, const st
   return value;
 }
 
-// Opens the object at `name` under `location`, which must exist and be of `kind` (H5I_GROUP or
-// H5I_DATASET); the handle is generic (H5Oopen), so datasets that need an access property list
-// are reopened by the caller.
+}  // namespace
+
+// The handle is generic (H5Oopen), so datasets that need an access property list are reopened by
+// the caller.
 H5Id open_object(const std::string& file, const std::string& path, hid_t location, const std::string& name,
                  H5I_type_t kind, const std::string& missing_fix) {
   const std::string full = path + "/" + name;
@@ -119,6 +127,8 @@ H5Id open_object(const std::string& file, const std::string& path, hid_t locatio
   return object;
 }
 
+namespace {
+
 bool is_prime(std::uint64_t n) {
   if (n < 2) return false;
   for (std::uint64_t d = 2; d * d <= n; ++d)
@@ -126,9 +136,10 @@ bool is_prime(std::uint64_t n) {
   return true;
 }
 
-// An access property list with a chunk cache of `bytes` for a dataset with chunks of `chunk`
-// elements of `element_bytes` each over `shape`: slots for every chunk when that is cheap (no
-// hash collisions), else 100 per chunk the cache holds (HDF5's advice), at most 2^20, prime.
+}  // namespace
+
+// Slots for every chunk when that is cheap (no hash collisions), else 100 per chunk the cache
+// holds (HDF5's advice), at most 2^20, prime.
 H5Id chunk_cache_access(const DatasetStorage& storage, std::size_t element_bytes, std::size_t bytes) {
   H5Id dapl(DRT_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS), "H5Pcreate"));
   if (storage.chunk.empty()) return dapl;  // contiguous: no chunk cache
@@ -145,6 +156,8 @@ H5Id chunk_cache_access(const DatasetStorage& storage, std::size_t element_bytes
   DRT_H5_CHECK(H5Pset_chunk_cache(dapl, static_cast<std::size_t>(slots), bytes, 0.75), "H5Pset_chunk_cache");
   return dapl;
 }
+
+namespace {
 
 std::vector<std::string> split_names(const std::string& text) {
   std::vector<std::string> names;
@@ -279,7 +292,7 @@ DataFile open_data_file(const std::string& path) {
     H5Eclear2(H5E_DEFAULT);
     fail(path, "",
          "not an HDF5 file (no HDF5 signature); drtrain reads data sets in its HDF5 format (docs/DATA_FORMAT.md): "
-         "convert IDX or .npy files with drtrain-data convert");
+         "convert IDX, .npy, text or token .bin files with drtrain-data convert");
   }
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0)
@@ -302,6 +315,37 @@ DataFile open_data_file(const std::string& path) {
   const std::string classes_fix =
       "set it to the number of classes K, labels lie in [0, K) (h5py: f.attrs['classes'] = 10)";
   const auto classes = read_int_attribute(path, "/", file.file, "classes", classes_fix);
+
+  // A token set: the root attribute vocab_size, or a split holding a token stream.
+  const std::string vocab_fix =
+      str("set it to the vocabulary size V, every token id lies in [0, V), at most 2^24 = ", kMaxVocabulary,
+          " (h5py: f.attrs['vocab_size'] = 50257; docs/DATA_FORMAT.md, \"Token streams\")");
+  const auto vocab = read_int_attribute(path, "/", file.file, "vocab_size", vocab_fix);
+  std::string stream;  // "/train/tokens" when a split holds one
+  for (const char* split : {"train", "test"}) {
+    const htri_t group = H5Lexists(file.file, split, H5P_DEFAULT);
+    const htri_t tokens = group > 0 ? H5Lexists(file.file, str(split, "/tokens").c_str(), H5P_DEFAULT) : 0;
+    if (group < 0 || tokens < 0) H5Eclear2(H5E_DEFAULT);
+    if (tokens > 0 && stream.empty()) stream = str("/", split, "/tokens");
+  }
+  if (vocab || !stream.empty()) {
+    if (!vocab)
+      fail(path, "/",
+           str("attribute 'vocab_size' is missing: ", stream, " is a token stream and needs it: ", vocab_fix));
+    if (classes)
+      fail(path, "/",
+           "has both 'classes' (an image data set) and 'vocab_size' (a token data set); a file holds one kind: drop "
+           "the attribute that does not apply");
+    if (*vocab < 1 || *vocab > kMaxVocabulary)
+      fail(path, "/",
+           str("attribute 'vocab_size' is ", *vocab, "; it must be in 1..", kMaxVocabulary,
+               " (token ids reach the model as float32, exact below 2^24): ", vocab_fix));
+    file.vocab_size = *vocab;
+    file.tokens = true;
+    if (H5Aexists(file.file, "source") > 0) file.source = read_text_attribute(path, "/", file.file, "source");
+    return file;
+  }
+
   if (!classes) fail(path, "/", str("attribute 'classes' is missing: ", classes_fix));
   if (*classes < 1 || *classes > 2147483647)
     fail(path, "/", str("attribute 'classes' is ", *classes, "; it must be in 1..2147483647: ", classes_fix));
@@ -335,6 +379,11 @@ Split open_split(DataFile file, const std::string& split, std::size_t cache_byte
   if (split != "train" && split != "test")
     throw ConfigError(str(path, ": no split '", split, "': a data set's splits are train and test"));
   const std::string g = "/" + split;
+  if (file.tokens)
+    fail(path, "",
+         str("is a token data set (root attribute vocab_size = ", file.vocab_size,
+             "), not images: read its windows of tokens with open_token_source (drtrain --context T; "
+             "docs/DATA_FORMAT.md, \"Token streams\")"));
   if (!has_split(file, split)) {
     std::vector<std::string> present;
     for (const char* name : {"train", "test"})

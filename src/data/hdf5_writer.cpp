@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "drtrain/core/strings.hpp"
 #include "drtrain/data/channel_stats.hpp"
 #include "hdf5_split.hpp"
+#include "publish_file.hpp"
 
 namespace drt::data {
 
@@ -22,15 +22,6 @@ using io::H5Id;
 namespace {
 
 constexpr hsize_t kLabelChunk = 65536;
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) throw ConfigError(str(path, ": cannot open to sync: ", errno_text(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0 && !(directory && err == EINVAL)) throw ConfigError(str(path, ": fsync failed: ", errno_text(err)));
-}
 
 std::size_t count_names(const std::string& names) {
   return static_cast<std::size_t>(std::count(names.begin(), names.end(), ',')) + 1;
@@ -257,12 +248,8 @@ void Hdf5Writer::commit() {
     }
   }
   w.close_checked();
-  fsync_path(w.temp, false);
-  if (std::rename(w.temp.c_str(), w.path.c_str()) != 0)
-    throw ConfigError(str("cannot rename ", w.temp, " to ", w.path, ": ", errno_text(errno)));
+  publish_file(w.temp, w.path);
   w.committed = true;
-  const std::string dir = std::filesystem::path(w.path).parent_path().string();
-  fsync_path(dir.empty() ? "." : dir, true);
 }
 
 }  // namespace drt::data

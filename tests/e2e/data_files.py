@@ -7,7 +7,19 @@ CASE:
            int64 labels, variable-length string attributes, mean/std), the .npy arrays of the
            tool case, and broken files for the bad_input.data_* tests (each with what is wrong
            in its name): wrong_rank, float64, no_layout, bad_layout, count_mismatch,
-           label_range, no_version, no_classes, truncated, corrupt_chunk, not_hdf5
+           label_range, no_version, no_classes, truncated, corrupt_chunk, not_hdf5; token files:
+           good_tokens.h5 (h5py, uint16, contiguous) and tok_no_vocab, tok_signed, tok_rank2,
+           tok_range, tok_vocab_big, tok_float; text files, llm.c shards (as llm.c's
+           write_datafile writes them) and nanoGPT's uint16 train.bin/val.bin of the same tokens
+  tokens   drtrain-data on token streams: convert --text (a directory, a quoted pattern, a test
+           split from files or --test-fraction) gives the bytes with a 0 before each file, in
+           sorted order, as numpy computes them; --llmc-bin and --uint16-bin of the same tokens
+           give the same file contents; info, verify, bench --context; every subcommand's --help
+           names the token inputs; bad shards and usage exit 1 and 2 with their messages, and a
+           failed convert leaves neither OUT nor OUT.tmp
+  pydoc    scripts/make_text_corpus.sh on Python's documentation (Debian package python3.11-doc;
+           skipped, 77, without it) twice: the same tokens both times, exactly the files' bytes
+           in sorted order with the held-out 5% of each file in /test
   tool     drtrain-data on them: verify accepts the h5py file and reads back what h5py wrote;
            convert --npy of numpy arrays (both layouts, uint8 and float32, a test split,
            --normalize) reads back with h5py as the arrays were; info lists the splits, chunks,
@@ -16,6 +28,8 @@ CASE:
            leaves neither OUT nor OUT.tmp; bad usage exits 2, a bad file 1
 """
 import argparse
+import glob
+import math
 import os
 import subprocess
 import sys
@@ -111,7 +125,67 @@ def fixture(work):
         f.write(bytes(b ^ 0xA5 for b in chunk))
     with open(bad("not_hdf5"), "w") as f:
         f.write("pixel,label\n0,1\n")
+    token_fixture(work, rng)
     print(f"fixture: files in {work}")
+
+
+def token_file(path, tokens, vocab=1000, split="train", chunks=None):
+    with h5py.File(path, "w") as f:
+        f.attrs["drtrain_dataset"] = 1
+        if vocab is not None:
+            f.attrs["vocab_size"] = vocab
+        f.create_group(split).create_dataset("tokens", data=tokens, chunks=chunks)
+
+
+def llmc_shard(path, tokens, magic=20240520, version=1, count=None):
+    """As llm.c's dev/data/data_common.py write_datafile writes a GPT-2 shard."""
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1] = magic, version
+    header[2] = len(tokens) if count is None else count
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.asarray(tokens, dtype=np.uint16).tobytes())
+
+
+def token_fixture(work, rng):
+    bad = lambda name: os.path.join(work, name + ".h5")  # noqa: E731
+    stream = rng.integers(0, 1000, 500).astype(np.uint16)
+    with h5py.File(os.path.join(work, "good_tokens.h5"), "w") as f:
+        f.attrs["drtrain_dataset"] = 1
+        f.attrs["vocab_size"] = 1000
+        f.create_group("train").create_dataset("tokens", data=stream)
+        f.create_group("test").create_dataset("tokens", data=stream[:50])
+    token_file(bad("tok_no_vocab"), stream, vocab=None)
+    token_file(bad("tok_signed"), stream.astype(np.int64))  # what np.array(list_of_ints) gives
+    token_file(bad("tok_rank2"), stream.reshape(50, 10))
+    out_of_range = stream.copy()
+    out_of_range[7] = 1000
+    token_file(bad("tok_range"), out_of_range, chunks=(64,))
+    token_file(bad("tok_vocab_big"), stream, vocab=2**24 + 1)
+    token_file(bad("tok_float"), stream.astype(np.float32))
+
+    # text: a directory (nested, with a hidden file and an empty one) and a file of its own
+    text = os.path.join(work, "text")
+    os.makedirs(os.path.join(text, "sub"), exist_ok=True)
+    for name, body in (("b.txt", "Beta line\n" * 7), ("a.txt", "alpha \u2713 text\n" * 5), ("sub/c.rst", "gamma" * 9),
+                       (".hidden", "not this"), ("empty.txt", "")):
+        with open(os.path.join(text, name), "wb") as f:
+            f.write(body.encode())
+    with open(os.path.join(work, "other.txt"), "wb") as f:
+        f.write(b"held out text\n")
+
+    # llm.c shards and nanoGPT's uint16 files of the same tokens
+    a = rng.integers(0, 50257, 3000)
+    b = rng.integers(0, 50257, 700)
+    v = rng.integers(0, 50257, 300)
+    llmc_shard(os.path.join(work, "shard_train_000001.bin"), b)  # the pattern's matches are sorted
+    llmc_shard(os.path.join(work, "shard_train_000000.bin"), a)
+    llmc_shard(os.path.join(work, "shard_val_000000.bin"), v)
+    np.concatenate([a, b]).astype(np.uint16).tofile(os.path.join(work, "train.bin"))
+    v.astype(np.uint16).tofile(os.path.join(work, "val.bin"))
+    llmc_shard(os.path.join(work, "bad_magic.bin"), a, magic=12345)
+    llmc_shard(os.path.join(work, "cut_short.bin"), a, count=3001)
+    llmc_shard(os.path.join(work, "big_token.bin"), [1, 2, 50257, 4])
 
 
 def tool(work, bin_dir):
@@ -208,16 +282,158 @@ def tool(work, bin_dir):
     print("tool: ok")
 
 
+def text_files(root):
+    """The files drtrain-data convert --text takes from a directory: below it, no names starting
+    with '.', sorted by their paths' bytes."""
+    out = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = [x for x in dirs if not x.startswith(".")]
+        out += [os.path.join(d, x) for x in files if not x.startswith(".")]
+    return sorted(out, key=os.fsencode)
+
+
+def text_streams(files, fraction=0.0, test_files=()):
+    """The /train and /test streams of a byte-level conversion: a 0 before each nonempty part."""
+    train, test = [], []
+    for path, is_test in [(p, False) for p in files] + [(p, True) for p in test_files]:
+        data = list(open(path, "rb").read())
+        keep = 0 if is_test else (math.floor(len(data) * (1.0 - fraction)) if fraction else len(data))
+        if keep:
+            train += [0] + data[:keep]
+        if len(data) > keep:
+            test += [0] + data[keep:]
+    return np.array(train), np.array(test)
+
+
+def expect_tokens(path, split, expected, dtype, vocab):
+    with h5py.File(path, "r") as f:
+        if f.attrs["vocab_size"] != vocab or f.attrs["drtrain_dataset"] != 1 or "classes" in f.attrs:
+            raise SystemExit(f"FAIL: {path}: root attributes {dict(f.attrs)}")
+        d = f[split + "/tokens"]
+        if d.dtype != dtype or not d.fletcher32 or d.chunks is None:
+            raise SystemExit(f"FAIL: {path}:/{split}/tokens stored as {d.dtype}, chunks {d.chunks}")
+        if not np.array_equal(d[()], expected):
+            raise SystemExit(f"FAIL: {path}:/{split}/tokens differ from what was expected ({len(d)} vs {len(expected)})")
+
+
+def tokens(work, bin_dir):
+    data = os.path.join(bin_dir, "drtrain-data")
+    path = lambda name: os.path.join(work, name)  # noqa: E731
+
+    # the h5py file: verify, info, bench
+    out = run([data, "verify", path("good_tokens.h5")])
+    expect(out, ":/train: 500 tokens read back, each below vocab_size 1000", "verify of the h5py token file")
+    expect(out, "OK: " + path("good_tokens.h5"), "verify of the h5py token file")
+    out = run([data, "info", path("good_tokens.h5")])
+    expect(out, "drtrain token data set, format version 1, vocab_size 1000", "info")
+    expect(out, "/test: 50 tokens", "info")
+    expect(out, "tokens  uint16 [500], contiguous, no filters", "info")
+    expect(run([data, "bench", path("good_tokens.h5"), "--context", "16", "--batch", "8", "--seconds", "1"]),
+           "500 tokens (uint16), windows of 16", "bench of a token file")
+
+    # text: a directory with a held-out fraction; a pattern with a test file
+    files = text_files(path("text"))
+    if [os.path.relpath(f, path("text")) for f in files] != ["a.txt", "b.txt", "empty.txt", "sub/c.rst"]:
+        raise SystemExit(f"FAIL: the fixture's text files {files}")
+    out = run([data, "convert", "--text", path("text"), "--test-fraction", "0.25", path("text.h5")])
+    train, test = text_streams(files, 0.25)
+    expect(out, f"wrote {path('text.h5')}:/train: {len(train)} tokens (uint8), vocab_size 256", "convert --text")
+    expect_tokens(path("text.h5"), "train", train, np.uint8, 256)
+    expect_tokens(path("text.h5"), "test", test, np.uint8, 256)
+    run([data, "convert", "--text", path("text") + "/*.txt", path("text/sub"), "--test-text", path("other.txt"),
+         "--compress", "1", path("text2.h5")])
+    train, test = text_streams(sorted(glob.glob(path("text") + "/*.txt")) + [path("text/sub/c.rst")],
+                               test_files=[path("other.txt")])
+    expect_tokens(path("text2.h5"), "train", train, np.uint8, 256)
+    expect_tokens(path("text2.h5"), "test", test, np.uint8, 256)
+    expect(run([data, "verify", path("text2.h5")]), "OK: ", "verify of a text conversion")
+    expect(run([data, "info", path("text2.h5")]), "filters gzip(1) fletcher32", "info of a text conversion")
+
+    # llm.c shards and raw uint16 of the same tokens: the same streams
+    run([data, "convert", "--llmc-bin", path("shard_train_*.bin"), "--test-llmc-bin", path("shard_val_*.bin"),
+         path("llmc.h5")])
+    run([data, "convert", "--uint16-bin", path("train.bin"), "--test-uint16-bin", path("val.bin"), "--vocab-size",
+         "50257", path("raw.h5")])
+    expected_train = np.fromfile(path("train.bin"), dtype=np.uint16)
+    for name in ("llmc.h5", "raw.h5"):
+        expect_tokens(path(name), "train", expected_train, np.uint16, 50257)
+        expect_tokens(path(name), "test", np.fromfile(path("val.bin"), dtype=np.uint16), np.uint16, 50257)
+    expect(run([data, "verify", path("llmc.h5")]), ":/train: 3700 tokens read back", "verify of llm.c shards")
+
+    # bad files exit 1 with their message and leave nothing behind
+    failed = path("failed.h5")
+    for args, message in (
+            (["--llmc-bin", path("bad_magic.bin")], "bad_magic.bin: magic number 12345 (header[0]), expected 20240520"),
+            (["--llmc-bin", path("cut_short.bin")], "cut_short.bin: 7024 bytes, but its header announces 3001 tokens"),
+            (["--llmc-bin", path("big_token.bin")], "big_token.bin: token 2 is 50257, not below the vocabulary size "
+                                                    "50257 (the default of these files)"),
+            (["--uint16-bin", path("train.bin")], "--uint16-bin needs --vocab-size V"),
+            (["--uint16-bin", path("train.bin"), "--vocab-size", "1000"], "train.bin: token "),
+            (["--text", path("text/*.md")], "the pattern matches no file"),
+            (["--text", path("nothing")], "nothing: no such file or directory")):
+        expect(run([data, "convert"] + args + [failed], expect_rc=1), message, " ".join(args))
+        if os.path.exists(failed) or os.path.exists(failed + ".tmp"):
+            raise SystemExit("FAIL: a failed convert left " + failed + " or its .tmp")
+
+    # usage: exit 2 with the usage text; --help of every subcommand names the token inputs
+    for args in (["convert", "--text", path("other.txt")], ["convert", "--text", path("other.txt"), "out"],
+                 ["convert", "--text", path("other.txt"), "--test-fraction", "1.5", failed],
+                 ["convert", "--text", path("other.txt"), "--test-fraction", "0.1", "--test-text", "x", failed],
+                 ["convert", "--text", path("other.txt"), "--vocab-size", "300", failed],
+                 ["convert", "--text", path("other.txt"), "--llmc-bin", "x.bin", failed],
+                 ["convert", "--llmc-bin", "x.bin", "--test-text", "y", failed],
+                 ["convert", "--npy", "a", "b", "--vocab-size", "3", failed],
+                 ["bench", path("good_h5py.h5"), "--context", "8"]):
+        expect(run([data] + args, expect_rc=2), "usage: drtrain-data convert", " ".join(args))
+    for command in ("convert", "info", "verify", "synth", "bench"):
+        out = run([data, command, "--help"])
+        for needle in ("--text", "--llmc-bin", "--uint16-bin", "--test-fraction", "--vocab-size", "token"):
+            expect(out, needle, f"drtrain-data {command} --help")
+    # a token file is not an image set, and the other way round
+    expect(run([data, "bench", path("good_tokens.h5"), "--context", "600"], expect_rc=1),
+           "the corpus has 500 tokens, shorter than one window of --context 600 + 1", "bench --context 600")
+    print("tokens: ok")
+
+
+def pydoc(work, bin_dir, root):
+    src = "/usr/share/doc/python3.11/html/_sources"
+    if not os.path.isdir(src):
+        print(f"SKIP: {src} is missing: install the Debian package python3.11-doc (scripts/install_deps.sh)")
+        return 77
+    outs = [os.path.join(work, f"pydoc{i}.h5") for i in (1, 2)]
+    env = dict(os.environ, DRT_BUILD=os.path.dirname(os.path.abspath(bin_dir)))
+    for out in outs:
+        p = subprocess.run([os.path.join(root, "scripts", "make_text_corpus.sh"), out], env=env,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+        if p.returncode != 0:
+            print(p.stdout)
+            raise SystemExit(f"FAIL: make_text_corpus.sh {out} exited {p.returncode}")
+        expect(p.stdout, "OK: " + out, "make_text_corpus.sh verifies what it wrote")
+    files = text_files(src)
+    train, test = text_streams(files, 0.05)
+    size = sum(os.path.getsize(f) for f in files)
+    for out in outs:
+        expect_tokens(out, "train", train, np.uint8, 256)
+        expect_tokens(out, "test", test, np.uint8, 256)
+    print(f"pydoc: {len(files)} files, {size} bytes: /train {len(train)} tokens, /test {len(test)} tokens, twice")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["fixture", "tool"])
+    ap.add_argument("case", choices=["fixture", "tool", "tokens", "pydoc"])
     a = ap.parse_args()
     if a.case == "fixture":
         fixture(a.work)
-    else:
+    elif a.case == "tool":
         tool(a.work, a.bin)
+    elif a.case == "tokens":
+        tokens(a.work, a.bin)
+    else:
+        return pydoc(a.work, a.bin, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 if __name__ == "__main__":

@@ -22,10 +22,10 @@
 namespace drt::data {
 
 struct TowerBatch {
-  int count = 0;              // samples (may be 0 in an epoch's last step)
-  int first = 0;              // position of its first sample in the global batch
-  std::vector<float> images;  // count x channels x rows x cols
-  std::vector<std::int32_t> labels;
+  int count = 0;                     // samples (may be 0 in an epoch's last step)
+  int first = 0;                     // position of its first sample in the global batch
+  std::vector<float> images;         // count x channels x rows x cols
+  std::vector<std::int32_t> labels;  // count x targets (SourceInfo::targets: T for token windows)
 };
 
 struct WorkerBatch {
@@ -54,8 +54,8 @@ class BatchLoader {
  public:
   // `source` must outlive the loader, and only the loader may read it while the loader lives
   // (but see hdf5_source.hpp: HDF5 sources share a lock). Throws ConfigError for a configuration
-  // EpochPlan rejects, worker outside [0, workers), first_step outside the epoch, total_steps < 0
-  // or depth < 1.
+  // EpochPlan rejects, worker outside [0, workers), first_step outside the epoch, total_steps < 0,
+  // depth < 1, or augmentation or normalisation of token windows.
   BatchLoader(SampleSource& source, const LoaderConfig& config);
   ~BatchLoader();  // stops and joins the thread
   BatchLoader(const BatchLoader&) = delete;

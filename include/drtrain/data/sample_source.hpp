@@ -2,6 +2,8 @@
 // for, as float CHW images and int32 labels, without holding the whole set: in memory (IDX
 // files, synthetic data: memory_source.hpp) or read from an HDF5 file in chunks
 // (hdf5_source.hpp). The loader reads each step's samples of one worker with one read() call.
+// A token stream is a SampleSource too (token_source.hpp): a sample is a window of T token ids
+// (as floats, a 1 x 1 x T "image") with its T next-token targets as labels.
 #pragma once
 
 #include <array>
@@ -16,7 +18,9 @@ namespace drt::data {
 struct SourceInfo {
   std::string name;  // "FILE:/train", "fashion-mnist/train", "synthetic/train"
   std::int64_t count = 0;
-  int channels = 1, height = 0, width = 0, classes = 0;
+  int channels = 1, height = 0, width = 0, classes = 0;  // token windows: 1, 1, T, vocab_size
+  bool tokens = false;  // samples are windows of token ids (token_source.hpp), not images
+  int targets = 1;      // labels per sample: 1 for images, T for token windows
   std::size_t sample_floats() const {
     return static_cast<std::size_t>(channels) * static_cast<std::size_t>(height) * static_cast<std::size_t>(width);
   }
@@ -28,7 +32,8 @@ class SampleSource {
   virtual ~SampleSource() = default;
   virtual const SourceInfo& info() const = 0;
   // Writes samples `indices[i]` (any order, repeats allowed, each in [0, count)) as float CHW
-  // (uint8 scaled by 1/255; no mean/std applied) to images + i*sample_floats(), and their labels.
+  // (uint8 scaled by 1/255; no mean/std applied) to images + i*sample_floats(), and their labels
+  // to labels + i*targets (token windows: T token ids as floats and their T next tokens).
   // Throws ConfigError naming the file, dataset and problem (e.g. a corrupt chunk, a label out of
   // range); an index outside [0, count) is the caller's bug: drt::Error.
   virtual void read(const std::vector<std::int64_t>& indices, float* images, std::int32_t* labels) = 0;
