@@ -75,6 +75,14 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_grad(x[i], dy[i]);
 }
 
+void gelu_tanh_forward(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = gelu_tanh(x[i]);
+}
+
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_tanh_grad(x[i], dy[i]);
+}
+
 void tanh_forward(const float* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
