@@ -349,7 +349,7 @@ class ModelGraph::Parser {
       const auto it = vars_.find(expr);
       if (it != vars_.end()) return it->second;
     }
-    Expression e{*this, l, expr, 0};
+    Expression e{*this, l, expr, 0, 0};
     const double v = e.sum();
     e.skip();
     if (e.pos != expr.size()) e.fail("unexpected '" + expr.substr(e.pos) + "'");
@@ -368,6 +368,8 @@ class ModelGraph::Parser {
     const Line& l;
     const std::string& text;
     std::size_t pos;
+    int depth = 0;
+    static constexpr int kMaxNesting = 64;  // parentheses and signs: no stack overflow on hostile text
     [[noreturn]] void fail(const std::string& what) const {
       std::vector<std::string> names;
       for (const auto& [name, value] : p.vars_) names.push_back(name);
@@ -405,6 +407,12 @@ class ModelGraph::Parser {
       }
     }
     double factor() {
+      if (++depth > kMaxNesting) fail("nested too deeply");
+      const double v = operand();
+      --depth;
+      return v;
+    }
+    double operand() {
       if (take('-')) return -factor();
       if (take('(')) {
         const double v = sum();
