@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "drtrain/core/simd_clones.hpp"
+#include "drtrain/kernels/cpu_math.hpp"
 #include "drtrain/kernels/rules.hpp"
 #include "cpu_gemm.hpp"
 #include "cpu_parallel.hpp"
@@ -29,45 +30,43 @@ namespace {
 
 constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-// exp(x) for x <= 0 (arguments of a softmax shifted by its maximum), in a form the compiler
-// vectorises: x = n ln 2 + r with |r| <= ln 2 / 2, exp(r) by Cephes' degree-6 polynomial (relative
-// error about 1e-7), 2^n by building the exponent bits. Below -87 (e^-87 ~ 1.6e-38) it returns 0.
-inline float exp_nonpositive(float x) {
-  const float clamped = x < -87.0f ? -87.0f : x;
-  const float t = clamped * 1.44269504088896341f + 12582912.0f;  // round to nearest: 1.5 * 2^23
-  const float n = t - 12582912.0f;
-  float r = clamped - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) * (1 << 23);
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -87.0f ? 0.0f : p * scale;
-}
+using kernels::cpu_math::exp_nonpositive;
+
+// Reductions in 16 float lanes (a GCC vector: one AVX-512 register, two AVX2 ones), which the
+// compiler may not form itself from a running sum or maximum without -ffast-math.
+constexpr int kLanes = 16;
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
 
 // p[c] = exp(p[c] - shift) for c < valid, 0 for valid <= c < cols; returns the sum.
 DRT_SIMD_CLONES
 float exp_row(float* p, int valid, int cols, float shift) {
-  float sum = 0.0f;
-  for (int c = 0; c < valid; ++c) {
-    const float e = exp_nonpositive(p[c] - shift);
-    p[c] = e;
-    sum += e;
-  }
+  for (int c = 0; c < valid; ++c) p[c] = exp_nonpositive(p[c] - shift);
   for (int c = valid; c < cols; ++c) p[c] = 0.0f;
+  Lanes acc = {};
+  int c = 0;
+  for (; c + kLanes <= valid; c += kLanes) {
+    Lanes v;
+    std::memcpy(&v, p + c, sizeof v);
+    acc += v;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < kLanes; ++l) sum += acc[l];
+  for (; c < valid; ++c) sum += p[c];
   return sum;
 }
 
 DRT_SIMD_CLONES
 float row_max(const float* p, int n) {
+  Lanes acc = Lanes{} + kMinusInf;
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    Lanes v;
+    std::memcpy(&v, p + c, sizeof v);
+    acc = v > acc ? v : acc;
+  }
   float m = kMinusInf;
-  for (int c = 0; c < n; ++c) m = p[c] > m ? p[c] : m;
+  for (int l = 0; l < kLanes; ++l) m = acc[l] > m ? acc[l] : m;
+  for (; c < n; ++c) m = p[c] > m ? p[c] : m;
   return m;
 }
 
@@ -78,9 +77,32 @@ void scale_row(float* x, int n, float a) {
 
 DRT_SIMD_CLONES
 float dot_row(const float* a, const float* b, int n) {
+  Lanes acc = {};
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    Lanes x, y;
+    std::memcpy(&x, a + c, sizeof x);
+    std::memcpy(&y, b + c, sizeof y);
+    acc += x * y;
+  }
   float s = 0.0f;
-  for (int c = 0; c < n; ++c) s += a[c] * b[c];
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  for (; c < n; ++c) s += a[c] * b[c];
   return s;
+}
+
+// mask[c] = 1 when element base + c of global sample `sample` is kept (rules.hpp's hash; the
+// AVX-512 clone runs it 8 lanes at a time).
+DRT_SIMD_CLONES
+void keep_row(std::uint64_t key, std::int64_t sample, std::uint64_t base, int n, float p, std::uint8_t* mask) {
+  for (int c = 0; c < n; ++c)
+    mask[c] = kernels::dropout_keep(key, sample, base + static_cast<std::uint64_t>(c), p) ? 1 : 0;
+}
+
+// p[c] = p[c] * keep_scale where mask[c], else 0.
+DRT_SIMD_CLONES
+void drop_row(float* p, const std::uint8_t* mask, int n, float keep_scale) {
+  for (int c = 0; c < n; ++c) p[c] = mask[c] ? p[c] * keep_scale : 0.0f;
 }
 
 // dS = P (dZ' - d) where dZ' = dZ, or with dropout dZ * mask * keep_scale; in place over dz.
@@ -117,8 +139,7 @@ struct Head {
   // The dropout mask of query i's keys [j0, j0 + valid): 1 kept, 0 dropped.
   void mask_row(const AttentionShape& s, int i, int j0, int valid, std::uint8_t* out) const {
     const std::uint64_t base = (element0 + static_cast<std::uint64_t>(i)) * static_cast<std::uint64_t>(T);
-    for (int c = 0; c < valid; ++c)
-      out[c] = kernels::dropout_keep(s.key, sample, base + static_cast<std::uint64_t>(j0 + c), s.dropout) ? 1 : 0;
+    keep_row(s.key, sample, base + static_cast<std::uint64_t>(j0), valid, s.dropout, out);
   }
 
   int T, hd, D, ld, bq, bk;
@@ -176,7 +197,7 @@ void forward_head(bool onednn, const AttentionShape& s, int n, int h, const floa
         if (s.dropout > 0.0f) {
           std::uint8_t* mask = w.mask.data();
           g.mask_row(s, i0 + r, j0, valid, mask);
-          for (int c = 0; c < valid; ++c) p[c] = mask[c] ? p[c] * keep_scale : 0.0f;
+          drop_row(p, mask, valid, keep_scale);
         }
       }
       sgemm(onednn, false, false, rows, g.hd, cols, 1.0f, tile, g.bk, qkv + g.qkv_at(2, j0), g.ld, 1.0f, o, g.D);
@@ -220,7 +241,8 @@ void backward_head(bool onednn, const AttentionShape& s, int n, int h, const flo
           std::uint8_t* mask = w.mask.data() + at;
           g.mask_row(s, i0 + r, j0, valid, mask);
           std::fill(mask + valid, mask + cols, std::uint8_t{0});
-          for (int c = 0; c < cols; ++c) z[at + c] = mask[c] ? p[at + c] * keep_scale : 0.0f;
+          std::memcpy(z + at, p + at, static_cast<std::size_t>(cols) * sizeof(float));
+          drop_row(z + at, mask, cols, keep_scale);
         }
       }
       // dV_j += Z^T dO_i; dZ = dO_i V_j^T.

@@ -134,24 +134,27 @@ class CpuBackend final : public Backend {
     cpu::parallel_ranges(
         n, [&](std::size_t b, std::size_t e) { kernels::ref::relu_backward(y + b, dy + b, dx + b, e - b); });
   }
+  // Elementwise, so split over the threads in contiguous pieces (the same values on any count).
   void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
-    switch (f) {
-      case Activation::kGelu: return kernels::ref::gelu_forward(x, y, n);
-      case Activation::kTanh: return kernels::ref::tanh_forward(x, y, n);
-      case Activation::kSigmoid: return kernels::ref::sigmoid_forward(x, y, n);
-      case Activation::kGeluTanh: return kernels::ref::gelu_tanh_forward(x, y, n);
-    }
-    throw Error("activation_forward: unknown activation");
+    cpu::parallel_ranges(n, [&](std::size_t b, std::size_t e) {
+      switch (f) {
+        case Activation::kGelu: return kernels::ref::gelu_forward(x + b, y + b, e - b);
+        case Activation::kTanh: return kernels::ref::tanh_forward(x + b, y + b, e - b);
+        case Activation::kSigmoid: return kernels::ref::sigmoid_forward(x + b, y + b, e - b);
+        case Activation::kGeluTanh: return kernels::ref::gelu_tanh_forward(x + b, y + b, e - b);
+      }
+    });
   }
   void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
                            std::size_t n) override {
-    switch (f) {
-      case Activation::kGelu: return kernels::ref::gelu_backward(x, dy, dx, n);
-      case Activation::kTanh: return kernels::ref::tanh_backward(y, dy, dx, n);
-      case Activation::kSigmoid: return kernels::ref::sigmoid_backward(y, dy, dx, n);
-      case Activation::kGeluTanh: return kernels::ref::gelu_tanh_backward(x, dy, dx, n);
-    }
-    throw Error("activation_backward: unknown activation");
+    cpu::parallel_ranges(n, [&](std::size_t b, std::size_t e) {
+      switch (f) {
+        case Activation::kGelu: return kernels::ref::gelu_backward(x + b, dy + b, dx + b, e - b);
+        case Activation::kTanh: return kernels::ref::tanh_backward(y + b, dy + b, dx + b, e - b);
+        case Activation::kSigmoid: return kernels::ref::sigmoid_backward(y + b, dy + b, dx + b, e - b);
+        case Activation::kGeluTanh: return kernels::ref::gelu_tanh_backward(x + b, dy + b, dx + b, e - b);
+      }
+    });
   }
 
   std::size_t conv2d_workspace_floats(const Conv2dShape& s) const override {
@@ -272,8 +275,13 @@ class CpuBackend final : public Backend {
     cpu::batchnorm_backward(s, x, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
   }
 
+  // One sample per piece of work: the mask depends only on (key, sample, element).
   void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) override {
-    kernels::ref::dropout_forward(s.key, s.first_sample, s.rows, s.per_sample, s.p, x, y, mask);
+    cpu::parallel_for(static_cast<std::size_t>(s.rows), s.size(), [&](std::size_t r) {
+      const std::size_t at = r * s.per_sample;
+      kernels::ref::dropout_forward(s.key, s.first_sample + static_cast<std::int64_t>(r), 1, s.per_sample, s.p, x + at,
+                                    y + at, mask + at);
+    });
   }
   void dropout_backward(const DropoutShape& s, const float* dy, const std::uint8_t* mask, float* dx) override {
     kernels::ref::dropout_backward(s.rows, s.per_sample, s.p, dy, mask, dx);
