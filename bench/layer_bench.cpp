@@ -160,7 +160,8 @@ void time_gpt_steps(int sequences, int reps) {
   std::mt19937 rng(2);
   std::vector<float> ids(static_cast<std::size_t>(sequences) * kContext);
   std::vector<std::int32_t> labels(ids.size());
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>(rng() % kVocab), labels[i] = rng() % kVocab;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<float>(rng() % kVocab), labels[i] = static_cast<std::int32_t>(rng() % kVocab);
   net.bind(params.data(), grads.data());
   double best = 1e30, forward = 0, backward = 0;
   for (int i = 0; i < reps + 1; ++i) {

@@ -1109,8 +1109,8 @@ TEST(AttentionOpMask, LaterPositionsDoNotReachEarlierOutputs) {
   AttentionShape s;
   s.batch = 2, s.length = 11, s.heads = 2, s.head_dim = 3, s.tile_q = 4, s.tile_k = 3;
   const std::size_t row = 3 * static_cast<std::size_t>(s.dim());
-  FVec qkv = normal_floats(2 * 11 * row, 1011);
-  const FVec dy = normal_floats(2 * 11 * static_cast<std::size_t>(s.dim()), 1012);
+  FVec qkv = normal_floats(std::size_t{22} * row, 1011);
+  const FVec dy = normal_floats(std::size_t{22} * static_cast<std::size_t>(s.dim()), 1012);
   const AttentionRun before = run_attention(*device, s, qkv, dy);
   for (int n = 0; n < 2; ++n)
     for (std::size_t j = 0; j < row; ++j) qkv[(static_cast<std::size_t>(n) * 11 + 10) * row + j] = 1e3f;
@@ -1130,8 +1130,8 @@ TEST(AttentionOpTiles, AnyTilingGivesTheSameResultToRounding) {
   auto device = make_cpu_backend();
   AttentionShape s;
   s.batch = 2, s.length = 37, s.heads = 3, s.head_dim = 8, s.dropout = 0.25f, s.key = 77;
-  const FVec qkv = normal_floats(2 * 37 * 3 * static_cast<std::size_t>(s.dim()), 1021);
-  const FVec dy = normal_floats(2 * 37 * static_cast<std::size_t>(s.dim()), 1022);
+  const FVec qkv = normal_floats(std::size_t{222} * static_cast<std::size_t>(s.dim()), 1021);
+  const FVec dy = normal_floats(std::size_t{74} * static_cast<std::size_t>(s.dim()), 1022);
   const AttentionRun whole = run_attention(*device, s, qkv, dy);
   for (const auto& [tq, tk] : {std::pair<int, int>{1, 1}, {3, 7}, {16, 5}, {64, 128}}) {
     s.tile_q = tq, s.tile_k = tk;

@@ -849,7 +849,7 @@ TEST(LayerNormLayer, NormalisesEachPositionOrEachSample) {
     auto layer = make_layernorm(dim);
     ASSERT_EQ(layer->params().size(), 2u);
     EXPECT_EQ(layer->params()[0].init, Init::kOnes);
-    FVec params = normal_floats(2 * dim, 43, 0.5, 1.0);
+    FVec params = normal_floats(std::size_t{2} * dim, 43, 0.5, 1.0);
     check_layer(*device, *layer, s, normal_floats(s.size(), 44, 2.0, 1.0), params, [&](const Vec& x, const Vec& p) {
       return sequence_reference::layernorm(x, Vec(p.begin(), p.begin() + dim), Vec(p.begin() + dim, p.end()), rows, dim,
                                            1e-5);
@@ -1281,7 +1281,7 @@ TEST_P(GptVsFloat64Reference, LossAndEveryGradientMatch) {
   const double expected = ref.loss(p);
   EXPECT_NEAR(got.sums.loss, expected, kForwardTol * expected);
   Vec fd = finite_difference([&] { return ref.loss(p); }, p);
-  for (double& g : fd) g *= grad_scale / c.length;
+  for (double& g : fd) g *= static_cast<double>(grad_scale) / c.length;
   for (const TensorSpec& t : spec.layout().tensors()) {
     const FVec actual(got.grads.begin() + static_cast<std::ptrdiff_t>(t.offset),
                       got.grads.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
