@@ -3,8 +3,11 @@
 // on the same shapes (bench/peers/torch_layers.py prints the CNN rows). Each row with weights
 // also says its GFLOP/s and what fraction that is of the CPU's peak, measured here with chains of
 // independent FMAs on the widest vector units the CPU has. Single process, no MPI.
+// --gpt: instead, the layers of the small GPT (gpt:6-6-384, context 256, a byte vocabulary) on
+// --batch sequences, and whole training steps of it in tokens per second.
 //
 //   build/bin/drt_bench_layers --batch 64 --threads 1
+//   build/bin/drt_bench_layers --gpt --batch 8 --threads 2
 #include <immintrin.h>
 
 #include <algorithm>
@@ -18,6 +21,9 @@
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/backend/blas_kernels.hpp"
 #include "drtrain/nn/layer.hpp"
+#include "drtrain/nn/model_graph.hpp"
+#include "drtrain/nn/model_spec.hpp"
+#include "drtrain/nn/network.hpp"
 
 namespace {
 
@@ -127,26 +133,72 @@ Row time_layer(drt::backend::Backend& device, drt::nn::Layer& layer, const drt::
   for (int i = 0; i < reps; ++i) train();
   const double both = (now() - t0) / reps;
   double flops = 0;
-  if (!layer.params().empty())  // the weights' multiply-adds (bias excluded): forward, weight grad, input grad
+  if (!layer.params().empty() &&
+      !in.sequence)  // the weights' multiply-adds (bias excluded): forward, weight grad, input grad
     flops = (input_grad ? 3.0 : 2.0) * 2.0 * static_cast<double>(params - static_cast<std::size_t>(out.c)) * out.h *
             out.w * in.n;
+  if (in.sequence && layer.describe().rfind("linear", 0) == 0)  // per position
+    flops =
+        (input_grad ? 3.0 : 2.0) * 2.0 * static_cast<double>(params - static_cast<std::size_t>(out.w)) * out.c * in.n;
+  if (layer.describe().rfind("attention", 0) == 0)  // 7 causal GEMMs of T^2/2 x head_dim per head (2 fwd, 5 bwd)
+    flops = 7.0 * static_cast<double>(in.c) * in.c * out.w * in.n;
   return {layer.describe() + (input_grad ? "" : " (no input grad)"), flops, forward * 1e3, both * 1e3};
 }
 
 std::string str_gemm(drt::backend::CpuGemm gemm) { return " [" + drt::backend::to_string(gemm) + " GEMM]"; }
+
+// Whole training steps of gpt:6-6-384 on `sequences` x 256 random bytes: the step time and
+// tokens per second (best of `reps` after a warm-up).
+void time_gpt_steps(int sequences, int reps) {
+  using namespace drt;
+  constexpr int kContext = 256, kVocab = 256;
+  const nn::ModelSpec spec(nn::ModelGraph::load("gpt:6-6-384"), nn::TensorShape::seq(1, kContext, 1), kVocab);
+  auto device = backend::make_cpu_backend();
+  nn::Network net(spec, *device, sequences);
+  std::vector<float> params(spec.layout().total()), grads(params.size());
+  spec.init_params(1, params.data());
+  std::mt19937 rng(2);
+  std::vector<float> ids(static_cast<std::size_t>(sequences) * kContext);
+  std::vector<std::int32_t> labels(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<float>(rng() % kVocab), labels[i] = static_cast<std::int32_t>(rng() % kVocab);
+  net.bind(params.data(), grads.data());
+  double best = 1e30, forward = 0, backward = 0;
+  for (int i = 0; i < reps + 1; ++i) {
+    const double t0 = now();
+    net.train(ids.data(), labels.data(), sequences, 1.0f / static_cast<float>(sequences));
+    const double t = now() - t0;
+    if (i > 0 && t < best) best = t, forward = net.last_forward_s(), backward = net.last_backward_s();
+  }
+  const double tokens = static_cast<double>(sequences) * kContext;
+  std::printf("gpt:6-6-384 step, %d x %d tokens: %.1f ms (forward+loss %.1f, backward %.1f), %.0f tokens/s, %.1f "
+              "GFLOP/s (6 x %zu parameters x tokens)\n",
+              sequences, kContext, best * 1e3, forward * 1e3, backward * 1e3, tokens / best,
+              6.0 * static_cast<double>(spec.layout().total()) * tokens / best / 1e9, spec.layout().total());
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   drt::backend::ensure_blas_kernels(argv);
   int batch = 64, threads = 1, reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool gpt = false;
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--gpt") {
+      gpt = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "usage: drt_bench_layers [--batch N] [--threads N] [--reps N] [--gpt]\n");
+      return 2;
+    }
     if (flag == "--batch") batch = std::stoi(argv[i + 1]);
     else if (flag == "--threads") threads = std::stoi(argv[i + 1]);
     else if (flag == "--reps") reps = std::stoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: drt_bench_layers [--batch N] [--threads N] [--reps N]\n");
+      std::fprintf(stderr, "usage: drt_bench_layers [--batch N] [--threads N] [--reps N] [--gpt]\n");
       return 2;
     }
   }
@@ -174,6 +226,23 @@ int main(int argc, char** argv) {
     convs.push_back(CpuConv::kOneDnn);
     gemms.push_back(CpuGemm::kOneDnn);
   }
+  if (gpt) {  // one block of gpt:6-6-384 on `batch` sequences of 256 positions
+    const auto seq = [batch](int features) { return drt::nn::TensorShape::seq(batch, 256, features); };
+    const std::string tag = str_gemm(CpuGemm::kAuto);
+    cases.push_back({nullptr, drt::nn::make_layernorm(384), seq(384), true, CpuConv::kAuto, CpuGemm::kAuto, ""});
+    cases.push_back({nullptr, drt::nn::make_linear(384, 1152), seq(384), true, CpuConv::kAuto, CpuGemm::kAuto, tag});
+    cases.push_back({nullptr, drt::nn::make_attention(6, 0.0f), seq(1152), true, CpuConv::kAuto, CpuGemm::kAuto, tag});
+    cases.push_back({nullptr, drt::nn::make_attention(6, 0.1f), seq(1152), true, CpuConv::kAuto, CpuGemm::kAuto, tag});
+    cases.push_back({nullptr, drt::nn::make_linear(384, 384), seq(384), true, CpuConv::kAuto, CpuGemm::kAuto, tag});
+    cases.push_back({nullptr, drt::nn::make_linear(384, 1536), seq(384), true, CpuConv::kAuto, CpuGemm::kAuto, tag});
+    cases.push_back({nullptr, drt::nn::make_activation(drt::backend::Activation::kGeluTanh), seq(1536), true,
+                     CpuConv::kAuto, CpuGemm::kAuto, ""});
+    cases.push_back({nullptr, drt::nn::make_linear(1536, 384), seq(1536), true, CpuConv::kAuto, CpuGemm::kAuto, tag});
+    cases.push_back({nullptr, drt::nn::make_linear(384, 256, false), seq(384), true, CpuConv::kAuto, CpuGemm::kAuto,
+                     tag + " (head)"});
+    gemms.clear();
+    convs.clear();
+  }
   for (CpuConv conv : convs) {  // the CNN's convolutions (im2col's GEMMs: OpenBLAS)
     const std::string tag = conv == CpuConv::kOneDnn ? " [oneDNN conv]" : " [im2col+OpenBLAS]";
     cases.push_back(
@@ -181,7 +250,9 @@ int main(int argc, char** argv) {
     cases.push_back(
         {nullptr, drt::nn::make_conv2d(32, 64, 5, 2), {batch, 32, 14, 14}, true, conv, CpuGemm::kOpenBlas, tag});
   }
-  cases.push_back({nullptr, drt::nn::make_maxpool2d(2), {batch, 32, 28, 28}, true, CpuConv::kAuto, CpuGemm::kAuto, ""});
+  if (!gpt)
+    cases.push_back(
+        {nullptr, drt::nn::make_maxpool2d(2), {batch, 32, 28, 28}, true, CpuConv::kAuto, CpuGemm::kAuto, ""});
   for (CpuGemm gemm : gemms) {  // the linear layers of the CNN and of the MLP (784-512-256-10)
     const std::string tag = str_gemm(gemm);
     cases.push_back({nullptr, drt::nn::make_linear(3136, 512), {batch, 3136, 1, 1}, true, CpuConv::kAuto, gemm, tag});
@@ -205,5 +276,6 @@ int main(int argc, char** argv) {
             ",\"train_ms\":" + std::to_string(r.train_ms) + ",\"gflops\":" + std::to_string(gflops) + "}";
   }
   std::printf("%s]}\n", json.c_str());
+  if (gpt) time_gpt_steps(batch, std::max(2, reps / 5));
   return 0;
 }

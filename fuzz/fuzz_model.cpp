@@ -1,7 +1,8 @@
 // Fuzz target: the model-file parser and the shape checks (nn::ModelGraph::parse, nn::ModelSpec).
 //
 // Input: the text of a model file (docs/MODEL_FORMAT.md). It is parsed and built for a small
-// colour input (3 x 8 x 8, 5 classes); no buffers are allocated. Expected: a ModelSpec, or
+// colour input (3 x 8 x 8, 5 classes) and for a sequence of 8 token ids (a vocabulary of 5); no
+// buffers are allocated. Expected: a ModelSpec, or
 // drt::ConfigError. A graph that parses must survive its own round trip: parsing to_text()
 // gives the same text. Anything else (another exception, a sanitizer report, a failed round
 // trip) is a finding.
@@ -34,10 +35,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::fprintf(stderr, "fuzz_model: to_text() does not parse back: %s\n--- to_text():\n%s\n", e.what(), once.c_str());
     std::abort();
   }
-  try {
-    const drt::nn::ModelSpec spec(graph, {1, 3, 8, 8}, 5);
-    (void)spec.describe();
-  } catch (const drt::ConfigError&) {
+  for (const drt::nn::TensorShape input : {drt::nn::TensorShape{1, 3, 8, 8}, drt::nn::TensorShape::seq(1, 8, 1)}) {
+    try {
+      const drt::nn::ModelSpec spec(graph, input, 5);
+      (void)spec.describe();
+    } catch (const drt::ConfigError&) {
+    }
   }
   return 0;
 }

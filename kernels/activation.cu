@@ -1,4 +1,5 @@
-// CUDA kernels of the activation and dropout launchers (launchers.hpp): GELU (exact, erf),
+// CUDA kernels of the activation and dropout launchers (launchers.hpp): GELU (exact, erf, and
+// the tanh approximation),
 // tanh and the logistic sigmoid, forward and backward, and inverted dropout. The per-element
 // math is that of rules.hpp, as in the CPU references (reference.cpp).
 //
@@ -27,6 +28,12 @@ bool aligned16(const void* p) { return aligned(p, 16); }
 
 struct Gelu {
   __device__ float operator()(float x) const { return gelu(x); }
+};
+struct GeluTanh {
+  __device__ float operator()(float x) const { return gelu_tanh(x); }
+};
+struct GeluTanhGrad {
+  __device__ float operator()(float x, float dy) const { return gelu_tanh_grad(x, dy); }
 };
 struct Tanh {
   __device__ float operator()(float x) const { return tanhf(x); }
@@ -128,6 +135,12 @@ void gelu_forward(const float* x, float* y, std::size_t n, Stream stream) {
 }
 void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n, Stream stream) {
   launch_map2<GeluGrad>(x, dy, dx, n, stream, "gelu_backward");
+}
+void gelu_tanh_forward(const float* x, float* y, std::size_t n, Stream stream) {
+  launch_map<GeluTanh>(x, y, n, stream, "gelu_tanh_forward");
+}
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n, Stream stream) {
+  launch_map2<GeluTanhGrad>(x, dy, dx, n, stream, "gelu_tanh_backward");
 }
 void tanh_forward(const float* x, float* y, std::size_t n, Stream stream) {
   launch_map<Tanh>(x, y, n, stream, "tanh_forward");

@@ -11,6 +11,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/simd_clones.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/kernels/cpu_math.hpp"
 
 namespace drt::kernels::ref {
 
@@ -75,6 +76,19 @@ void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dx[i] = gelu_grad(x[i], dy[i]);
 }
 
+// The tanh GELU with cpu_math's vectorisable tanh (absolute error < 3e-7 against tanhf): a
+// GPT's MLP runs it over 4 x width values per token, where libm's scalar tanhf would cost
+// as much as the MLP's GEMMs.
+DRT_SIMD_CLONES
+void gelu_tanh_forward(const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] = cpu_math::gelu_tanh(x[i]);
+}
+
+DRT_SIMD_CLONES
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dx[i] = cpu_math::gelu_tanh_grad(x[i], dy[i]);
+}
+
 void tanh_forward(const float* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
 }
@@ -92,7 +106,8 @@ void sigmoid_backward(const float* y, const float* dy, float* dx, std::size_t n)
 }
 
 // A dropped value is multiplied by 0 (not replaced by 0), so that x * mask / (1 - p) holds for
-// infinities and NaNs too.
+// infinities and NaNs too. The AVX-512 clone hashes 8 elements at a time (64-bit multiplies).
+DRT_SIMD_CLONES
 void dropout_forward(std::uint64_t key, std::int64_t first_sample, int rows, std::size_t per_sample, float p,
                      const float* x, float* y, std::uint8_t* mask) {
   const float kept = 1.0f / (1.0f - p);

@@ -22,8 +22,10 @@
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/reference.hpp"
 #include "cpu_batchnorm.hpp"
+#include "cpu_gemm.hpp"
 #include "cpu_parallel.hpp"
 #include "cpu_pooling.hpp"
+#include "cpu_sequence.hpp"
 #include "im2col.hpp"
 #if DRT_HAVE_ONEDNN
 #include <omp.h>
@@ -114,18 +116,7 @@ class CpuBackend final : public Backend {
 
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, const float* b, float beta,
             float* c) override {
-#if DRT_HAVE_ONEDNN
-    if (onednn_gemm_) {  // row-major, as cblas_sgemm with CblasRowMajor
-      const dnnl_status_t status =
-          dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
-      if (status != dnnl_success)
-        throw Error(str("oneDNN sgemm failed (status ", static_cast<int>(status), ") for m=", m, " n=", n, " k=", k,
-                        "; --cpu-gemm openblas avoids oneDNN"));
-      return;
-    }
-#endif
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-                ta ? m : k, b, tb ? k : n, beta, c, n);
+    cpu::sgemm(onednn_gemm_, ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
   }
 
   // The elementwise math is the kernels' CPU references (kernels/reference.cpp), so the GPU
@@ -143,22 +134,27 @@ class CpuBackend final : public Backend {
     cpu::parallel_ranges(
         n, [&](std::size_t b, std::size_t e) { kernels::ref::relu_backward(y + b, dy + b, dx + b, e - b); });
   }
+  // Elementwise, so split over the threads in contiguous pieces (the same values on any count).
   void activation_forward(Activation f, const float* x, float* y, std::size_t n) override {
-    switch (f) {
-      case Activation::kGelu: return kernels::ref::gelu_forward(x, y, n);
-      case Activation::kTanh: return kernels::ref::tanh_forward(x, y, n);
-      case Activation::kSigmoid: return kernels::ref::sigmoid_forward(x, y, n);
-    }
-    throw Error("activation_forward: unknown activation");
+    cpu::parallel_ranges(n, [&](std::size_t b, std::size_t e) {
+      switch (f) {
+        case Activation::kGelu: return kernels::ref::gelu_forward(x + b, y + b, e - b);
+        case Activation::kTanh: return kernels::ref::tanh_forward(x + b, y + b, e - b);
+        case Activation::kSigmoid: return kernels::ref::sigmoid_forward(x + b, y + b, e - b);
+        case Activation::kGeluTanh: return kernels::ref::gelu_tanh_forward(x + b, y + b, e - b);
+      }
+    });
   }
   void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
                            std::size_t n) override {
-    switch (f) {
-      case Activation::kGelu: return kernels::ref::gelu_backward(x, dy, dx, n);
-      case Activation::kTanh: return kernels::ref::tanh_backward(y, dy, dx, n);
-      case Activation::kSigmoid: return kernels::ref::sigmoid_backward(y, dy, dx, n);
-    }
-    throw Error("activation_backward: unknown activation");
+    cpu::parallel_ranges(n, [&](std::size_t b, std::size_t e) {
+      switch (f) {
+        case Activation::kGelu: return kernels::ref::gelu_backward(x + b, dy + b, dx + b, e - b);
+        case Activation::kTanh: return kernels::ref::tanh_backward(y + b, dy + b, dx + b, e - b);
+        case Activation::kSigmoid: return kernels::ref::sigmoid_backward(y + b, dy + b, dx + b, e - b);
+        case Activation::kGeluTanh: return kernels::ref::gelu_tanh_backward(x + b, dy + b, dx + b, e - b);
+      }
+    });
   }
 
   std::size_t conv2d_workspace_floats(const Conv2dShape& s) const override {
@@ -279,11 +275,39 @@ class CpuBackend final : public Backend {
     cpu::batchnorm_backward(s, x, dy, gamma, save_mean, save_inv_std, dx, dgamma, dbeta);
   }
 
+  // One sample per piece of work: the mask depends only on (key, sample, element).
   void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) override {
-    kernels::ref::dropout_forward(s.key, s.first_sample, s.rows, s.per_sample, s.p, x, y, mask);
+    cpu::parallel_for(static_cast<std::size_t>(s.rows), s.size(), [&](std::size_t r) {
+      const std::size_t at = r * s.per_sample;
+      kernels::ref::dropout_forward(s.key, s.first_sample + static_cast<std::int64_t>(r), 1, s.per_sample, s.p, x + at,
+                                    y + at, mask + at);
+    });
   }
   void dropout_backward(const DropoutShape& s, const float* dy, const std::uint8_t* mask, float* dx) override {
     kernels::ref::dropout_backward(s.rows, s.per_sample, s.p, dy, mask, dx);
+  }
+
+  void layernorm_forward(const LayerNormShape& s, const float* x, const float* gamma, const float* beta, float* y,
+                         float* mean, float* inv_std) override {
+    cpu::layernorm_forward(s, x, gamma, beta, y, mean, inv_std);
+  }
+  void layernorm_backward(const LayerNormShape& s, const float* x, const float* dy, const float* gamma,
+                          const float* mean, const float* inv_std, float* dx, float* dgamma, float* dbeta) override {
+    cpu::layernorm_backward(s, x, dy, gamma, mean, inv_std, dx, dgamma, dbeta);
+  }
+  void embedding_forward(const EmbeddingShape& s, const float* ids, const float* table, float* y) override {
+    cpu::embedding_forward(s, ids, table, y);
+  }
+  void embedding_backward(const EmbeddingShape& s, const float* ids, const float* dy, float* dtable,
+                          bool accumulate) override {
+    cpu::embedding_backward(s, ids, dy, dtable, accumulate);
+  }
+  void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse) override {
+    cpu::attention_forward(onednn_gemm_, s, qkv, y, lse);
+  }
+  void attention_backward(const AttentionShape& s, const float* qkv, const float* y, const float* lse, const float* dy,
+                          float* dqkv) override {
+    cpu::attention_backward(onednn_gemm_, s, qkv, y, lse, dy, dqkv);
   }
 
   void copy_rows(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride, std::size_t row_floats,

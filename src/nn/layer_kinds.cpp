@@ -16,11 +16,16 @@ std::vector<KindSpec> make_table() {
   const OptionSpec bias{"bias", T::kBool, "true"};
   const std::vector<OptionSpec> pool{
       {"kernel", T::kCount, ""}, {"stride", T::kCount, "=kernel"}, {"pad", T::kCount, "0"}};
+  const OptionSpec init_std{"init_std", T::kReal, "0.02"};
   return {
       {"linear",
        1,
-       {{"out", T::kCountOrClasses, ""}, {"in", T::kCount, "-"}, bias},
-       "y = x W^T + b over each sample's values"},
+       {{"out", T::kCountOrClasses, ""},
+        {"in", T::kCount, "-"},
+        bias,
+        {"init_std", T::kReal, "-"},
+        {"tie", T::kName, "-"}},
+       "y = x W^T + b over each sample's values (each position's features on a sequence)"},
       {"conv2d",
        1,
        {{"out", T::kCountOrClasses, ""},
@@ -36,12 +41,25 @@ std::vector<KindSpec> make_table() {
       {"batchnorm", 1, {{"eps", T::kReal, "1e-5"}, {"momentum", T::kReal, "0.1"}}, "batch normalisation"},
       {"dropout", 1, {{"p", T::kReal, "0.5"}}, "inverted dropout"},
       {"relu", 1, {}, "max(x, 0)"},
-      {"gelu", 1, {}, "x * Phi(x)"},
+      {"gelu", 1, {{"approximate", T::kWord, "none", {"none", "tanh"}}}, "x * Phi(x)"},
       {"tanh", 1, {}, "tanh(x)"},
       {"sigmoid", 1, {}, "1 / (1 + exp(-x))"},
       {"flatten", 1, {}, "N x C x H x W -> N x CHW x 1 x 1"},
       {"add", Layer::kAnyInputs, {}, "sum of two or more inputs of one shape"},
       {"concat", Layer::kAnyInputs, {}, "concatenation along channels"},
+      {"embedding",
+       1,
+       {{"vocab", T::kCountOrClasses, "classes"}, {"dim", T::kCount, ""}, init_std},
+       "token ids -> rows of a [vocab, dim] table"},
+      {"pos_embedding",
+       1,
+       {{"context", T::kCount, "0"}, init_std},
+       "adds rows 0..T-1 of a [context, dim] table to a sequence"},
+      {"layernorm", 1, {{"eps", T::kReal, "1e-5"}, bias}, "layer normalisation over the last axis"},
+      {"attention",
+       1,
+       {{"heads", T::kCount, ""}, {"dropout", T::kReal, "0"}},
+       "causal multi-head self-attention: [T, 3D] q, k, v -> [T, D]"},
       {kLoss, 1, {{"label_smoothing", T::kReal, "0"}}, "the loss of the logits (last line only)"},
   };
 }
@@ -92,6 +110,11 @@ void check_value(const OptionSpec& o, const std::string& value, const std::strin
     case T::kReal:
       if (!parse_real(value, r)) throw ConfigError(str(where, "option ", o.name, "=", value, " is not a number"));
       return;
+    case T::kWord:
+      for (const auto& w : o.words)
+        if (value == w) return;
+      throw ConfigError(str(where, "option ", o.name, "=", value, " must be one of: ", join(o.words, ", ")));
+    case T::kName: return;  // ModelGraph checks that the node is defined above
   }
 }
 
@@ -167,13 +190,37 @@ std::unique_ptr<Layer> make_layer(const GraphNode& node, const std::vector<Tenso
     if (v < 1) throw ConfigError(str(where, k, " option ", name, "=", v, " must be at least 1"));
     return v;
   };
+  const auto std_dev = [&](const char* name) {
+    const double v = o.real(name);
+    if (!(v > 0.0)) throw ConfigError(str(where, k, " option ", name, "=", v, " must be positive"));
+    return v;
+  };
+  // Layers for images only: a sequence would be read as channels x 1 x features.
+  static const char* const kImageKinds[] = {"conv2d",         "maxpool2d", "avgpool2d",
+                                            "global_avgpool", "batchnorm", "concat"};
+  for (const char* image_kind : kImageKinds)
+    for (const TensorShape& s : in)
+      if (k == image_kind && s.sequence)
+        throw ConfigError(str(where, k, " takes images (C x H x W), but its input is a sequence (", s.str(),
+                              "); over a sequence use linear, layernorm, attention, activations, dropout and add"));
   if (k == "linear") {
-    const int features = static_cast<int>(x.per_sample());
+    const int features = x.features();
     if (o.given("in") && o.count("in") != features)
-      throw ConfigError(str(where, "linear in=", o.count("in"), " but its input has ", features, " values per sample (",
-                            x.str(), ")"));
-    return make_linear(features, positive("out"), o.flag("bias"));
+      throw ConfigError(str(where, "linear in=", o.count("in"), " but its input has ", features,
+                            x.sequence ? " features per position (" : " values per sample (", x.str(), ")"));
+    LinearOptions l;
+    l.in = features, l.out = positive("out"), l.bias = o.flag("bias");
+    l.init_std = o.given("init_std") ? std_dev("init_std") : 0.0;
+    l.tied = o.given("tie");
+    return make_linear(l);
   }
+  if (k == "embedding") return make_embedding(positive("vocab"), positive("dim"), std_dev("init_std"));
+  if (k == "pos_embedding") {
+    const int context = o.count("context");
+    return make_position_embedding(context > 0 ? context : x.c, x.sequence ? x.w : 1, std_dev("init_std"));
+  }
+  if (k == "layernorm") return make_layernorm(x.features(), static_cast<float>(o.real("eps")), o.flag("bias"));
+  if (k == "attention") return make_attention(positive("heads"), static_cast<float>(o.real("dropout")));
   if (k == "conv2d") {
     Conv2dOptions c;
     c.in_channels = x.c, c.out_channels = positive("out"), c.kernel = positive("kernel");
@@ -188,7 +235,9 @@ std::unique_ptr<Layer> make_layer(const GraphNode& node, const std::vector<Tenso
     return make_batchnorm(x.c, static_cast<float>(o.real("eps")), static_cast<float>(o.real("momentum")));
   if (k == "dropout") return make_dropout(static_cast<float>(o.real("p")));
   if (k == "relu") return make_relu();
-  if (k == "gelu") return make_activation(backend::Activation::kGelu);
+  if (k == "gelu")
+    return make_activation(o.text("approximate") == "tanh" ? backend::Activation::kGeluTanh
+                                                           : backend::Activation::kGelu);
   if (k == "tanh") return make_activation(backend::Activation::kTanh);
   if (k == "sigmoid") return make_activation(backend::Activation::kSigmoid);
   if (k == "flatten") return make_flatten();

@@ -13,12 +13,14 @@
 
 namespace drt::nn::kinds {
 
-enum class OptionType { kCount, kCountOrClasses, kBool, kReal };
+// kWord: one of OptionSpec::words; kName: a node's name (checked by ModelGraph: defined above).
+enum class OptionType { kCount, kCountOrClasses, kBool, kReal, kWord, kName };
 
 struct OptionSpec {
   std::string name;
   OptionType type;
-  std::string fallback;  // the default as text; empty: required ("=kernel": same as option kernel)
+  std::string fallback;  // the default as text; empty: required ("=kernel": same as option kernel; "-": none)
+  std::vector<std::string> words = {};  // kWord's choices
 };
 
 struct KindSpec {
@@ -46,9 +48,9 @@ class Options {
   bool flag(const std::string& name) const;
   double real(const std::string& name) const;
   bool given(const std::string& name) const;
+  std::string text(const std::string& name) const;
 
  private:
-  std::string text(const std::string& name) const;
   const KindSpec& spec_;
   const GraphNode& node_;
   int classes_;

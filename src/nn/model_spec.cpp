@@ -32,6 +32,9 @@ void check_output(const TensorShape& s) {
 ModelSpec::ModelSpec(ModelGraph graph, TensorShape input, int classes)
     : graph_(std::move(graph)), input_(input), classes_(classes) {
   input_.n = 1;
+  if (input_.sequence && input_.h != 1)
+    throw ConfigError(
+        str("model '", graph_.name(), "': a sequence input has one row of features per position, got ", input_.str()));
   if (input_.c < 1 || input_.h < 1 || input_.w < 1 || classes < 1)
     throw ConfigError(str("model '", graph_.name(), "': bad input shape ", input_.str(), " or class count ", classes));
   const auto& nodes = graph_.nodes();
@@ -48,6 +51,17 @@ ModelSpec::ModelSpec(ModelGraph graph, TensorShape input, int classes)
       w.output = layer->output_shape(in);
       check_output(w.output);
       for (const ParamSpec& p : layer->params()) layout_.add(node.name + "." + p.name, p.shape, p.state);
+      const auto tie = node.options.find("tie");
+      if (tie != node.options.end()) {
+        w.tied = node_index(graph_, tie->second);
+        const TensorSpec* table = layout_.find(tie->second + ".weight");
+        DRT_ASSERT(table, "tie= to a node without a weight");
+        const std::vector<std::int64_t> want{w.output.features(), in.at(0).features()};
+        if (table->shape != want)
+          throw ConfigError(str(at, node.name, " = linear tie=", tie->second, ": the table ", tie->second,
+                                ".weight is ", table->shape_string(), " but this linear's weight would be ", want[0],
+                                "x", want[1], " (out x in)"));
+      }
     } catch (const ConfigError& e) {
       const std::string what = e.what();
       if (what.rfind(at, 0) == 0) throw;
@@ -72,7 +86,11 @@ ModelSpec::ModelSpec(ModelGraph graph, TensorShape input, int classes)
       throw ConfigError(str(graph_.where(nodes[i]), "the output of '", nodes[i].name,
                             "' is not used by any node below; the last node is the logits"));
   const TensorShape out = wiring_.back().output;
-  if (static_cast<int>(out.per_sample()) != classes_)
+  if (out.sequence && out.w != classes_)
+    throw ConfigError(str(graph_.where(nodes.back()), "model '", graph_.name(), "' ends with ", out.w,
+                          " values per position (", out.str(), "), but the data set has ", classes_,
+                          " classes (the vocabulary); end with e.g. 'linear out=classes'"));
+  if (!out.sequence && static_cast<int>(out.per_sample()) != classes_)
     throw ConfigError(str(graph_.where(nodes.back()), "model '", graph_.name(), "' ends with ", out.per_sample(),
                           " values per sample (", out.str(), "), but the data set has ", classes_,
                           " classes; end with e.g. 'linear out=classes'"));
@@ -110,11 +128,13 @@ void ModelSpec::init_params(std::uint64_t seed, float* host) const {
   for (const auto& layer : make_layers())
     for (const ParamSpec& p : layer->params()) {
       const std::size_t count = p.numel();
-      const double stddev = p.fan_in ? std::sqrt(2.0 / static_cast<double>(p.fan_in)) : 0.0;
+      const double stddev = p.init == Init::kNormal ? p.init_std
+                            : p.fan_in              ? std::sqrt(2.0 / static_cast<double>(p.fan_in))
+                                                    : 0.0;
       for (std::size_t i = 0; i < count; ++i) {
         float v = 0.0f;
         if (p.init == Init::kOnes) v = 1.0f;
-        else if (p.init == Init::kHeNormal) {
+        else if (p.init == Init::kHeNormal || p.init == Init::kNormal) {
           // Box-Muller: portable, unlike std::normal_distribution.
           const double z = std::sqrt(-2.0 * std::log(uniform())) * std::cos(kTwoPi * uniform());
           v = static_cast<float>(z * stddev);

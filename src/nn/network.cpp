@@ -138,6 +138,23 @@ void Network::bind(const float* params, float* grads) {
     for (const ParamSpec& p : layer->params()) offset += p.numel();
     ranges_.emplace_back(begin, offset);
   }
+  // Tied weights: the head reads its owner's table (the owner's first tensor) and writes its
+  // gradient first (it lies below the owner, so its backward runs first); the owner adds.
+  const auto& wiring = spec_.wiring();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const int owner = wiring[i].tied;
+    if (owner < 0) continue;
+    const std::size_t at = ranges_[static_cast<std::size_t>(owner)].first;
+    layers_[i]->bind_shared(params + at, grads + at);
+    layers_[static_cast<std::size_t>(owner)]->set_tied_owner(true);
+  }
+}
+
+// The loss's rows: samples, or every position of a sequence (GPT_DESIGN.md: per-token loss,
+// the mean over the tokens of the global batch, so the gradient scale is divided by T).
+int Network::loss_rows(int n) const { return n * spec_.wiring().back().output.positions(); }
+float Network::loss_scale(float grad_scale) const {
+  return grad_scale / static_cast<float>(spec_.wiring().back().output.positions());
 }
 
 void Network::forward(const float* x, int n, const Pass& pass) {
@@ -168,9 +185,9 @@ void Network::enqueue_train(const float* x, const std::int32_t* labels, int n, f
   device_.mark(0);
   forward(x, n, pass);
   const std::size_t last = layers_.size() - 1;
-  device_.accumulate_softmax_cross_entropy(activation(static_cast<int>(last), x), labels, n, spec_.classes(),
-                                           grad_[static_cast<std::size_t>(dy_buffer_[last])].floats(), grad_scale,
-                                           spec_.label_smoothing());
+  device_.accumulate_softmax_cross_entropy(activation(static_cast<int>(last), x), labels, loss_rows(n), spec_.classes(),
+                                           grad_[static_cast<std::size_t>(dy_buffer_[last])].floats(),
+                                           loss_scale(grad_scale), spec_.label_smoothing());
   device_.mark(1);
   const auto& wiring = spec_.wiring();
   for (std::size_t i = layers_.size(); i-- > 0;) {
@@ -206,7 +223,7 @@ void Network::enqueue_evaluate(const float* x, const std::int32_t* labels, int n
   Pass pass;
   pass.training = false;
   forward(x, n, pass);
-  device_.accumulate_softmax_cross_entropy(activation(static_cast<int>(layers_.size() - 1), x), labels, n,
+  device_.accumulate_softmax_cross_entropy(activation(static_cast<int>(layers_.size() - 1), x), labels, loss_rows(n),
                                            spec_.classes(), nullptr, 0.0f, spec_.label_smoothing());
 }
 

@@ -2,8 +2,9 @@
 // finite differences in tests/unit/test_layers.cpp): cuBLAS GEMMs, cuDNN convolution (strided,
 // padded, grouped, depthwise, with and without bias), max and average pooling (padded), global
 // average pooling, batch normalisation, the activations, dropout (masks bit for bit), strided
-// row copies, the loss with and without label smoothing, and whole training steps of the model
-// zoo, on odd shapes. Outputs are poisoned with NaN first so unwritten elements fail. FMA-only
+// row copies, the loss with and without label smoothing, layer norm, the token embedding,
+// causal attention (with dropout), and whole training steps of the model zoo and of a small
+// GPT, on odd shapes. Outputs are poisoned with NaN first so unwritten elements fail. FMA-only
 // math (no TF32), so the only differences are summation orders and the last bits of erf/exp/tanh:
 // tolerances as in the layer tests.
 #include <gtest/gtest.h>
@@ -12,8 +13,10 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "drtrain/backend/cuda_backend.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/kernels/rules.hpp"
+#include "drtrain/nn/model_graph.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/nn/network.hpp"
 #include "support/device_compare.hpp"
@@ -353,7 +357,7 @@ TEST(CudaBackend, ActivationsMatchCpu) {
   DeviceBuffer gdx = p.gpu->allocate_floats(n);
   for (const auto& [f, name] :
        {std::pair{backend::Activation::kGelu, "gelu"}, std::pair{backend::Activation::kTanh, "tanh"},
-        std::pair{backend::Activation::kSigmoid, "sigmoid"}}) {
+        std::pair{backend::Activation::kSigmoid, "sigmoid"}, std::pair{backend::Activation::kGeluTanh, "gelu_tanh"}}) {
     std::vector<float> y(n), dx(n);
     p.cpu->activation_forward(f, x.data(), y.data(), n);
     p.cpu->activation_backward(f, x.data(), y.data(), dy.data(), dx.data(), n);
@@ -361,7 +365,7 @@ TEST(CudaBackend, ActivationsMatchCpu) {
     poison(*p.gpu, gdx.floats(), n);
     p.gpu->activation_forward(f, gx.floats(), gy.floats(), n);
     // Only the input the gradient reads: x for GELU, y for tanh and sigmoid.
-    const bool from_x = f == backend::Activation::kGelu;
+    const bool from_x = f == backend::Activation::kGelu || f == backend::Activation::kGeluTanh;
     p.gpu->activation_backward(f, from_x ? gx.floats() : nullptr, from_x ? nullptr : gy.floats(), gdy.floats(),
                                gdx.floats(), n);
     EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), n), y, kForwardTol)) << name << " forward";
@@ -495,6 +499,149 @@ TEST(CudaBackend, SoftmaxCrossEntropyAccumulatesLikeCpuAndRejectsBadLabels) {
   DeviceBuffer bad = upload(*p.gpu, labels);
   p.gpu->accumulate_softmax_cross_entropy(gz.floats(), bad.ints(), rows, classes, nullptr, 0.0f, 0.0f);
   EXPECT_THROW(p.gpu->take_loss_sums(), Error);
+}
+
+// Layer norm over odd rows and widths (more than a warp's 32 lanes, and fewer), with and
+// without the shift and dx.
+TEST(CudaBackend, LayerNormMatchesCpu) {
+  Pair p;
+  for (const auto& [rows, dim, bias] :
+       {std::tuple{37, 70, true}, std::tuple{5, 13, false}, std::tuple{300, 384, true}}) {
+    const backend::LayerNormShape s{rows, dim, 1e-5f};
+    const auto x = random_floats(s.size(), 80, 2.0f), dy = random_floats(s.size(), 81);
+    const auto gamma = random_floats(dim, 82), beta = random_floats(dim, 83);
+    std::vector<float> y(s.size()), mean(rows), inv(rows), dx(s.size()), dg(dim), db(dim);
+    p.cpu->layernorm_forward(s, x.data(), gamma.data(), bias ? beta.data() : nullptr, y.data(), mean.data(),
+                             inv.data());
+    p.cpu->layernorm_backward(s, x.data(), dy.data(), gamma.data(), mean.data(), inv.data(), dx.data(), dg.data(),
+                              bias ? db.data() : nullptr);
+    DeviceBuffer gx = upload(*p.gpu, x), gdy = upload(*p.gpu, dy), gg = upload(*p.gpu, gamma),
+                 gb = upload(*p.gpu, beta);
+    DeviceBuffer gy = p.gpu->allocate_floats(s.size()), gm = p.gpu->allocate_floats(rows),
+                 gi = p.gpu->allocate_floats(rows);
+    DeviceBuffer gdx = p.gpu->allocate_floats(s.size()), gdg = p.gpu->allocate_floats(dim),
+                 gdb = p.gpu->allocate_floats(dim);
+    for (DeviceBuffer* b : {&gy, &gdx}) poison(*p.gpu, b->floats(), s.size());
+    for (DeviceBuffer* b : {&gdg, &gdb}) poison(*p.gpu, b->floats(), dim);
+    p.gpu->layernorm_forward(s, gx.floats(), gg.floats(), bias ? gb.floats() : nullptr, gy.floats(), gm.floats(),
+                             gi.floats());
+    p.gpu->layernorm_backward(s, gx.floats(), gdy.floats(), gg.floats(), gm.floats(), gi.floats(), gdx.floats(),
+                              gdg.floats(), bias ? gdb.floats() : nullptr);
+    const std::string what = std::to_string(rows) + "x" + std::to_string(dim);
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), s.size()), y, kForwardTol)) << what;
+    EXPECT_TRUE(all_close(download(*p.gpu, gm.floats(), rows), mean, kForwardTol)) << what;
+    EXPECT_TRUE(all_close(download(*p.gpu, gi.floats(), rows), inv, kForwardTol)) << what;
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), s.size()), dx, kGradTol)) << what;
+    EXPECT_TRUE(all_close(download(*p.gpu, gdg.floats(), dim), dg, kGradTol)) << what;
+    if (bias) {
+      EXPECT_TRUE(all_close(download(*p.gpu, gdb.floats(), dim), db, kGradTol)) << what;
+    }
+  }
+}
+
+// Rows gathered exactly; repeated ids add up (atomics: to rounding); accumulate adds; a bad id
+// gives NaN instead of reading outside the table.
+TEST(CudaBackend, EmbeddingMatchesCpu) {
+  Pair p;
+  const backend::EmbeddingShape s{50, 9, 37};
+  std::vector<float> ids(50);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>((i * 7) % 9 == 3 ? 3 : (i * 5) % 9);
+  const auto table = random_floats(9 * 37, 84), dy = random_floats(50 * 37, 85), before = random_floats(9 * 37, 86);
+  std::vector<float> y(50 * 37), written(9 * 37), added = before;
+  p.cpu->embedding_forward(s, ids.data(), table.data(), y.data());
+  p.cpu->embedding_backward(s, ids.data(), dy.data(), written.data(), false);
+  p.cpu->embedding_backward(s, ids.data(), dy.data(), added.data(), true);
+  DeviceBuffer gids = upload(*p.gpu, ids), gt = upload(*p.gpu, table), gdy = upload(*p.gpu, dy);
+  DeviceBuffer gy = p.gpu->allocate_floats(y.size()), gw = p.gpu->allocate_floats(written.size());
+  DeviceBuffer ga = upload(*p.gpu, before);
+  poison(*p.gpu, gy.floats(), y.size());
+  poison(*p.gpu, gw.floats(), written.size());
+  p.gpu->embedding_forward(s, gids.floats(), gt.floats(), gy.floats());
+  p.gpu->embedding_backward(s, gids.floats(), gdy.floats(), gw.floats(), false);
+  p.gpu->embedding_backward(s, gids.floats(), gdy.floats(), ga.floats(), true);
+  EXPECT_EQ(download(*p.gpu, gy.floats(), y.size()), y);
+  EXPECT_TRUE(all_close(download(*p.gpu, gw.floats(), written.size()), written, 1e-6));
+  EXPECT_TRUE(all_close(download(*p.gpu, ga.floats(), added.size()), added, 1e-6));
+  ids[4] = 9.0f;
+  DeviceBuffer bad = upload(*p.gpu, ids);
+  p.gpu->embedding_forward(s, bad.floats(), gt.floats(), gy.floats());
+  EXPECT_TRUE(std::isnan(download(*p.gpu, gy.floats(), y.size())[4 * 37]));
+}
+
+// Causal attention, several heads, head_dim below and above a warp, with and without dropout
+// (the mask the CPU's hash): y, lse and every gradient as on the CPU.
+TEST(CudaBackend, AttentionMatchesCpu) {
+  Pair p;
+  for (const auto& [batch, length, heads, head_dim, dropout] :
+       {std::tuple{2, 13, 3, 5, 0.0f}, std::tuple{2, 13, 3, 5, 0.2f}, std::tuple{1, 70, 2, 64, 0.0f},
+        std::tuple{3, 33, 1, 40, 0.1f}}) {
+    backend::AttentionShape s;
+    s.batch = batch, s.length = length, s.heads = heads, s.head_dim = head_dim, s.dropout = dropout;
+    s.key = 991, s.first_sample = 4;
+    const std::size_t in = static_cast<std::size_t>(batch) * length * 3 * s.dim();
+    const std::size_t out = static_cast<std::size_t>(batch) * length * s.dim();
+    const std::size_t rows = static_cast<std::size_t>(batch) * heads * length;
+    const auto qkv = random_floats(in, 87, 1.5f), dy = random_floats(out, 88);
+    std::vector<float> y(out), lse(rows), dqkv(in);
+    p.cpu->attention_forward(s, qkv.data(), y.data(), lse.data());
+    p.cpu->attention_backward(s, qkv.data(), y.data(), lse.data(), dy.data(), dqkv.data());
+    DeviceBuffer gx = upload(*p.gpu, qkv), gdy = upload(*p.gpu, dy), gy = p.gpu->allocate_floats(out);
+    DeviceBuffer gl = p.gpu->allocate_floats(rows), gdx = p.gpu->allocate_floats(in);
+    poison(*p.gpu, gy.floats(), out);
+    poison(*p.gpu, gl.floats(), rows);
+    poison(*p.gpu, gdx.floats(), in);
+    p.gpu->attention_forward(s, gx.floats(), gy.floats(), gl.floats());
+    p.gpu->attention_backward(s, gx.floats(), gy.floats(), gl.floats(), gdy.floats(), gdx.floats());
+    const std::string what = std::to_string(length) + " x " + std::to_string(heads) + " heads of " +
+                             std::to_string(head_dim) + ", dropout " + std::to_string(dropout);
+    EXPECT_TRUE(all_close(download(*p.gpu, gy.floats(), out), y, kForwardTol)) << what;
+    EXPECT_TRUE(all_close(download(*p.gpu, gl.floats(), rows), lse, kForwardTol)) << what;
+    EXPECT_TRUE(all_close(download(*p.gpu, gdx.floats(), in), dqkv, kGradTol)) << what;
+  }
+  backend::AttentionShape wide;
+  wide.batch = 1, wide.length = 2, wide.heads = 1, wide.head_dim = 300;
+  DeviceBuffer buf = p.gpu->allocate_floats(3 * 2 * 300);
+  EXPECT_THROW(p.gpu->attention_forward(wide, buf.floats(), buf.floats(), buf.floats()), Error);
+}
+
+// A small GPT's training step (tied head, dropout on): loss, token accuracy and every gradient
+// as on the CPU.
+TEST(CudaBackend, GptTrainingStepMatchesCpu) {
+  Pair p;
+  const std::map<std::string, std::string> lets{{"L", "2"}, {"H", "2"}, {"D", "64"}, {"C", "40"}, {"P", "0.1"}};
+  const nn::ModelSpec spec(nn::ModelGraph::parse(*nn::ModelGraph::preset_text("gpt2"), "models/gpt2.model", lets),
+                           nn::TensorShape::seq(1, 33, 1), 50);
+  const std::size_t total = spec.layout().total();
+  std::vector<float> params(total);
+  spec.init_params(6, params.data());
+  const int n = 5;
+  const auto labels = random_labels(static_cast<std::size_t>(n) * 33, 50, 42);
+  std::vector<float> ids(labels.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>(labels[(i * 13) % labels.size()]);
+  nn::Pass pass;
+  pass.seed = 3, pass.step = 8, pass.first_sample = 10;
+
+  nn::Network cpu_net(spec, *p.cpu, n);
+  std::vector<float> cpu_grads(total);
+  cpu_net.bind(params.data(), cpu_grads.data());
+  const backend::LossSums expected = cpu_net.train(ids.data(), labels.data(), n, 1.0f / n, pass);
+
+  nn::Network gpu_net(spec, *p.gpu, n);
+  DeviceBuffer gp = upload(*p.gpu, params), gg = p.gpu->allocate_floats(total);
+  DeviceBuffer gx = upload(*p.gpu, ids), gl = upload(*p.gpu, labels);
+  poison(*p.gpu, gg.floats(), total);
+  gpu_net.bind(gp.floats(), gg.floats());
+  const backend::LossSums got = gpu_net.train(gx.floats(), gl.ints(), n, 1.0f / n, pass);
+  EXPECT_NEAR(got.loss, expected.loss, kForwardTol * expected.loss);
+  EXPECT_EQ(got.correct, expected.correct);
+  const std::vector<float> grads = download(*p.gpu, gg.floats(), total);
+  for (const auto& t : spec.layout().tensors()) {
+    const std::vector<float> a(grads.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                               grads.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
+    const std::vector<float> e(cpu_grads.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                               cpu_grads.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
+    EXPECT_TRUE(all_close(a, e, kGradTol)) << t.name;
+  }
 }
 
 // One training step of each zoo model: loss, accuracy and every gradient as on the CPU.

@@ -1,6 +1,8 @@
 // The CPU backend's operations for real networks (backend.hpp): grouped, strided and bias-free
 // convolution on both CPU paths, padded max and average pooling, global average pooling, batch
-// norm, GELU/tanh/sigmoid, dropout, strided row copies and label smoothing. Each against a
+// norm, GELU (exact and tanh)/tanh/sigmoid, dropout, strided row copies, label smoothing, and
+// the language-model operations: layer norm, token embedding, causal self-attention (tiled,
+// with and without dropout). Each against a
 // float64 reference written here from the definition (plain loops, not copied from src/):
 // forward outputs directly, gradients through central finite differences of the float64
 // reference, with L = sum_i r_i * reference_i (r random, passed as dy) as the scalar loss. Every
@@ -23,12 +25,14 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/kernels/rules.hpp"
 #include "support/float64_checks.hpp"
+#include "support/sequence_reference.hpp"
 
 namespace drt::backend {
 namespace {
@@ -678,6 +682,7 @@ double ref_activation(Activation f, double x) {
     case Activation::kGelu: return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
     case Activation::kTanh: return std::tanh(x);
     case Activation::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case Activation::kGeluTanh: return sequence_reference::gelu_tanh(x);
   }
   return kNaN;
 }
@@ -687,9 +692,12 @@ const char* activation_name(Activation f) {
     case Activation::kGelu: return "gelu";
     case Activation::kTanh: return "tanh";
     case Activation::kSigmoid: return "sigmoid";
+    case Activation::kGeluTanh: return "gelu_tanh";
   }
   return "?";
 }
+
+bool reads_input(Activation f) { return f == Activation::kGelu || f == Activation::kGeluTanh; }
 
 class ActivationOp : public testing::TestWithParam<Activation> {};
 
@@ -702,7 +710,7 @@ TEST_P(ActivationOp, MatchesReferenceAndFiniteDifferences) {
   const FVec x = normal_floats(n, 401, 3.0), r = normal_floats(n, 402);
   DeviceBuffer xb = upload(*device, x), rb = upload(*device, r), yb = poisoned(*device, n), dxb = poisoned(*device, n);
   device->activation_forward(f, xb.floats(), yb.floats(), n);
-  const bool reads_x = f == Activation::kGelu;
+  const bool reads_x = reads_input(f);
   device->activation_backward(f, reads_x ? xb.floats() : nullptr, reads_x ? nullptr : yb.floats(), rb.floats(),
                               dxb.floats(), n);
   const OpRun got{download(*device, yb.floats(), n), {download(*device, dxb.floats(), n)}};
@@ -729,7 +737,7 @@ TEST_P(ActivationOp, InPlaceEqualsOutOfPlace) {
   // GELU's backward needs x, so it keeps x and overwrites dy; tanh and sigmoid overwrite x with
   // y and dy with dx.
   DeviceBuffer a = upload(*device, x), g = upload(*device, dy);
-  if (f == Activation::kGelu) {
+  if (reads_input(f)) {
     DeviceBuffer out = poisoned(*device, n);
     device->activation_forward(f, a.floats(), out.floats(), n);
     device->activation_backward(f, a.floats(), nullptr, g.floats(), g.floats(), n);
@@ -745,7 +753,9 @@ TEST_P(ActivationOp, InPlaceEqualsOutOfPlace) {
   EXPECT_EQ(download(*device, g.floats(), n), dx);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ActivationOp, testing::Values(Activation::kGelu, Activation::kTanh, Activation::kSigmoid),
+INSTANTIATE_TEST_SUITE_P(All, ActivationOp,
+                         testing::Values(Activation::kGelu, Activation::kTanh, Activation::kSigmoid,
+                                         Activation::kGeluTanh),
                          [](const testing::TestParamInfo<Activation>& p) { return activation_name(p.param); });
 
 // ---------------------------------------------------------------- dropout
@@ -899,6 +909,236 @@ TEST(CopyRowsOp, CopiesStridedRowsAndNothingElse) {
   DeviceBuffer back = poisoned(*device, n * b_row);
   device->copy_rows(back.floats(), b_row, cat.floats() + a_row, row, b_row, n);
   EXPECT_EQ(download(*device, back.floats(), n * b_row), b);
+}
+
+// ---------------------------------------------------------------- layer norm
+
+struct LayerNormCase {
+  int rows, dim;
+  bool bias;
+};
+
+class LayerNormOp : public testing::TestWithParam<LayerNormCase> {};
+
+// Forward against torch's formula in float64, the saved statistics, and dx, dgamma and dbeta
+// against central differences; rows shifted and scaled away from zero mean and unit variance.
+TEST_P(LayerNormOp, MatchesReferenceAndFiniteDifferences) {
+  const LayerNormCase c = GetParam();
+  const LayerNormShape s{c.rows, c.dim, 1e-5f};
+  auto device = make_cpu_backend();
+  FVec x = normal_floats(s.size(), 801, 2.0, 0.5);
+  for (int r = 0; r < c.rows; ++r)
+    for (int j = 0; j < c.dim; ++j) x[static_cast<std::size_t>(r) * c.dim + j] += static_cast<float>(r);
+  const FVec gamma = normal_floats(c.dim, 802, 0.5, 1.0), beta = normal_floats(c.dim, 803),
+             r = normal_floats(s.size(), 804);
+  DeviceBuffer xb = upload(*device, x), gb = upload(*device, gamma), bb = upload(*device, beta),
+               rb = upload(*device, r);
+  DeviceBuffer yb = poisoned(*device, s.size()), mb = poisoned(*device, c.rows), ib = poisoned(*device, c.rows);
+  DeviceBuffer dxb = poisoned(*device, s.size()), dgb = poisoned(*device, c.dim), dbb = poisoned(*device, c.dim);
+  device->layernorm_forward(s, xb.floats(), gb.floats(), c.bias ? bb.floats() : nullptr, yb.floats(), mb.floats(),
+                            ib.floats());
+  device->layernorm_backward(s, xb.floats(), rb.floats(), gb.floats(), mb.floats(), ib.floats(), dxb.floats(),
+                             dgb.floats(), c.bias ? dbb.floats() : nullptr);
+  const FVec mean = download(*device, mb.floats(), c.rows), inv = download(*device, ib.floats(), c.rows);
+  for (int row = 0; row < c.rows; ++row) {
+    double m = 0.0, v = 0.0;
+    for (int j = 0; j < c.dim; ++j) m += x[static_cast<std::size_t>(row) * c.dim + j];
+    m /= c.dim;
+    for (int j = 0; j < c.dim; ++j) v += std::pow(x[static_cast<std::size_t>(row) * c.dim + j] - m, 2);
+    v /= c.dim;
+    EXPECT_NEAR(mean[row], m, 1e-6 * (std::abs(m) + 1.0)) << row;
+    EXPECT_NEAR(inv[row], 1.0 / std::sqrt(v + 1e-5), 1e-5 / std::sqrt(v + 1e-5)) << row;
+  }
+  const auto reference = [&](const std::vector<Vec>& in) {
+    return sequence_reference::layernorm(in[0], in[1], c.bias ? in[2] : Vec{}, c.rows, c.dim, 1e-5);
+  };
+  const OpRun got{download(*device, yb.floats(), s.size()),
+                  {download(*device, dxb.floats(), s.size()), download(*device, dgb.floats(), c.dim),
+                   c.bias ? download(*device, dbb.floats(), c.dim) : FVec{}}};
+  check_op({x, gamma, beta}, r, got, reference, "layernorm");
+  if (!c.bias) {
+    EXPECT_TRUE(std::isnan(download(*device, dbb.floats(), 1)[0]));  // no shift: dbeta untouched
+  }
+  // Without dx the parameter gradients are the same.
+  DeviceBuffer dg2 = poisoned(*device, c.dim);
+  device->layernorm_backward(s, xb.floats(), rb.floats(), gb.floats(), mb.floats(), ib.floats(), nullptr, dg2.floats(),
+                             nullptr);
+  EXPECT_EQ(download(*device, dg2.floats(), c.dim), got.grads[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LayerNormOp,
+                         testing::Values(LayerNormCase{7, 13, true}, LayerNormCase{1, 1, true},
+                                         LayerNormCase{3, 64, false}, LayerNormCase{130, 5, true}),
+                         [](const testing::TestParamInfo<LayerNormCase>& p) {
+                           return "r" + std::to_string(p.param.rows) + "d" + std::to_string(p.param.dim) +
+                                  (p.param.bias ? "" : "_nobias");
+                         });
+
+// A constant row has variance 0: y = beta exactly (eps keeps 1 / sqrt finite).
+TEST(LayerNormOpEdge, AConstantRowGivesTheShift) {
+  auto device = make_cpu_backend();
+  const LayerNormShape s{1, 6, 1e-5f};
+  const FVec x(6, 3.0f), gamma = normal_floats(6, 811), beta = normal_floats(6, 812);
+  DeviceBuffer xb = upload(*device, x), gb = upload(*device, gamma), bb = upload(*device, beta);
+  DeviceBuffer yb = poisoned(*device, 6), mb = poisoned(*device, 1), ib = poisoned(*device, 1);
+  device->layernorm_forward(s, xb.floats(), gb.floats(), bb.floats(), yb.floats(), mb.floats(), ib.floats());
+  EXPECT_EQ(download(*device, yb.floats(), 6), beta);
+}
+
+// ---------------------------------------------------------------- token embedding
+
+TEST(EmbeddingOp, GathersRowsAndScatterAddsGradients) {
+  auto device = make_cpu_backend();
+  const EmbeddingShape s{9, 5, 70};              // 70 columns: more than one column block of the scatter
+  const FVec ids = {4, 0, 4, 2, 4, 1, 0, 3, 4};  // repeated ids add up
+  const FVec table = normal_floats(static_cast<std::size_t>(s.vocab) * s.dim, 901);
+  const FVec dy = normal_floats(static_cast<std::size_t>(s.rows) * s.dim, 902);
+  DeviceBuffer ib = upload(*device, ids), tb = upload(*device, table), yb = poisoned(*device, dy.size());
+  device->embedding_forward(s, ib.floats(), tb.floats(), yb.floats());
+  const FVec y = download(*device, yb.floats(), dy.size());
+  for (int r = 0; r < s.rows; ++r)
+    for (int j = 0; j < s.dim; ++j)
+      ASSERT_EQ(y[static_cast<std::size_t>(r) * s.dim + j],
+                table[static_cast<std::size_t>(ids[static_cast<std::size_t>(r)]) * s.dim + j]);
+  Vec expected(table.size(), 0.0);
+  for (int r = 0; r < s.rows; ++r)
+    for (int j = 0; j < s.dim; ++j)
+      expected[static_cast<std::size_t>(ids[static_cast<std::size_t>(r)]) * s.dim + j] +=
+          dy[static_cast<std::size_t>(r) * s.dim + j];
+  DeviceBuffer dyb = upload(*device, dy), gb = poisoned(*device, table.size());
+  device->embedding_backward(s, ib.floats(), dyb.floats(), gb.floats(), false);
+  const FVec written = download(*device, gb.floats(), table.size());
+  EXPECT_TRUE(all_close(written, expected, 1e-6));
+  // accumulate: adds to what is there (a tied head's part), the rows no token uses untouched.
+  const FVec before = normal_floats(table.size(), 903);
+  DeviceBuffer acc = upload(*device, before);
+  device->embedding_backward(s, ib.floats(), dyb.floats(), acc.floats(), true);
+  Vec sum(table.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = before[i] + expected[i];
+  EXPECT_TRUE(all_close(download(*device, acc.floats(), table.size()), sum, 1e-6));
+}
+
+TEST(EmbeddingOp, RejectsIdsOutsideTheVocabulary) {
+  auto device = make_cpu_backend();
+  const FVec table(12, 1.0f);
+  DeviceBuffer tb = upload(*device, table), yb = poisoned(*device, 12);
+  for (const float bad : {3.0f, -1.0f, 1.5f, kNaN}) {
+    const FVec ids = {0.0f, bad};
+    DeviceBuffer ib = upload(*device, ids);
+    try {
+      device->embedding_forward({2, 3, 4}, ib.floats(), tb.floats(), yb.floats());
+      ADD_FAILURE() << "id " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("position 1"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+struct AttentionCase {
+  int batch, length, heads, head_dim;
+  float dropout;
+  int tile_q, tile_k;  // 0: the backend's
+  std::string name() const {
+    return "n" + std::to_string(batch) + "T" + std::to_string(length) + "H" + std::to_string(heads) + "hd" +
+           std::to_string(head_dim) + "p" + std::to_string(static_cast<int>(std::lround(dropout * 100))) + "tiles" +
+           std::to_string(tile_q) + "x" + std::to_string(tile_k);
+  }
+  AttentionShape shape() const {
+    AttentionShape s;
+    s.batch = batch, s.length = length, s.heads = heads, s.head_dim = head_dim, s.dropout = dropout;
+    s.key = kernels::dropout_key(5, 9, 3), s.first_sample = 11, s.tile_q = tile_q, s.tile_k = tile_k;
+    return s;
+  }
+  sequence_reference::Attention reference() const {
+    const AttentionShape s = shape();
+    return {batch, length, heads, head_dim, dropout, s.key, s.first_sample};
+  }
+};
+void PrintTo(const AttentionCase& c, std::ostream* os) { *os << c.name(); }
+
+struct AttentionRun {
+  FVec y, lse, dqkv;
+};
+
+AttentionRun run_attention(Backend& device, const AttentionShape& s, const FVec& qkv, const FVec& dy) {
+  const std::size_t out = static_cast<std::size_t>(s.batch) * s.length * s.dim();
+  const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.length;
+  DeviceBuffer xb = upload(device, qkv), dyb = upload(device, dy), yb = poisoned(device, out);
+  DeviceBuffer lb = poisoned(device, rows), dxb = poisoned(device, qkv.size());
+  device.attention_forward(s, xb.floats(), yb.floats(), lb.floats());
+  device.attention_backward(s, xb.floats(), yb.floats(), lb.floats(), dyb.floats(), dxb.floats());
+  return {download(device, yb.floats(), out), download(device, lb.floats(), rows),
+          download(device, dxb.floats(), qkv.size())};
+}
+
+class AttentionOp : public testing::TestWithParam<AttentionCase> {};
+
+// y, lse and dqkv against the float64 definition (causal mask, heads split as nanoGPT's, dropout
+// mask from the hash) and central differences; the tiles are small so that one sequence spans
+// several, with T not a multiple of either.
+TEST_P(AttentionOp, MatchesReferenceAndFiniteDifferences) {
+  const AttentionCase c = GetParam();
+  const AttentionShape s = c.shape();
+  auto device = make_cpu_backend();
+  const FVec qkv = normal_floats(static_cast<std::size_t>(c.batch) * c.length * 3 * s.dim(), 1001, 1.5);
+  const FVec r = normal_floats(static_cast<std::size_t>(c.batch) * c.length * s.dim(), 1002);
+  const AttentionRun got = run_attention(*device, s, qkv, r);
+  Vec lse;
+  sequence_reference::attention(c.reference(), to_double(qkv), &lse);
+  EXPECT_TRUE(all_close(got.lse, lse, kForwardTol)) << "lse";
+  check_op(
+      {qkv}, r, {got.y, {got.dqkv}},
+      [&](const std::vector<Vec>& in) { return sequence_reference::attention(c.reference(), in[0]); }, c.name());
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionOp,
+                         testing::Values(AttentionCase{2, 7, 2, 3, 0.0f, 2, 3}, AttentionCase{2, 7, 2, 3, 0.3f, 2, 3},
+                                         AttentionCase{1, 13, 3, 4, 0.0f, 4, 4}, AttentionCase{1, 13, 3, 4, 0.2f, 5, 2},
+                                         AttentionCase{3, 1, 1, 5, 0.0f, 0, 0}, AttentionCase{1, 9, 1, 8, 0.0f, 16, 16},
+                                         AttentionCase{1, 70, 2, 2, 0.0f, 0, 0},
+                                         AttentionCase{1, 70, 2, 2, 0.1f, 0, 0}),
+                         [](const testing::TestParamInfo<AttentionCase>& p) { return p.param.name(); });
+
+// Where future positions are huge, a causal attention must not see them: changing q, k, v of
+// the last position leaves every earlier output alone (bitwise), and dropout off in evaluation
+// (p = 0) equals the p = 0 shape whatever the key.
+TEST(AttentionOpMask, LaterPositionsDoNotReachEarlierOutputs) {
+  auto device = make_cpu_backend();
+  AttentionShape s;
+  s.batch = 2, s.length = 11, s.heads = 2, s.head_dim = 3, s.tile_q = 4, s.tile_k = 3;
+  const std::size_t row = 3 * static_cast<std::size_t>(s.dim());
+  FVec qkv = normal_floats(std::size_t{22} * row, 1011);
+  const FVec dy = normal_floats(std::size_t{22} * static_cast<std::size_t>(s.dim()), 1012);
+  const AttentionRun before = run_attention(*device, s, qkv, dy);
+  for (int n = 0; n < 2; ++n)
+    for (std::size_t j = 0; j < row; ++j) qkv[(static_cast<std::size_t>(n) * 11 + 10) * row + j] = 1e3f;
+  const AttentionRun after = run_attention(*device, s, qkv, dy);
+  for (int n = 0; n < 2; ++n)
+    for (int i = 0; i < 10; ++i)
+      for (int c = 0; c < s.dim(); ++c) {
+        const std::size_t at = (static_cast<std::size_t>(n) * 11 + i) * s.dim() + c;
+        ASSERT_EQ(before.y[at], after.y[at]) << "sample " << n << " position " << i;
+      }
+  s.key = 12345;  // no effect without dropout
+  EXPECT_EQ(run_attention(*device, s, qkv, dy).dqkv, after.dqkv);
+}
+
+// The tile sizes change the order of the sums only.
+TEST(AttentionOpTiles, AnyTilingGivesTheSameResultToRounding) {
+  auto device = make_cpu_backend();
+  AttentionShape s;
+  s.batch = 2, s.length = 37, s.heads = 3, s.head_dim = 8, s.dropout = 0.25f, s.key = 77;
+  const FVec qkv = normal_floats(std::size_t{222} * static_cast<std::size_t>(s.dim()), 1021);
+  const FVec dy = normal_floats(std::size_t{74} * static_cast<std::size_t>(s.dim()), 1022);
+  const AttentionRun whole = run_attention(*device, s, qkv, dy);
+  for (const auto& [tq, tk] : {std::pair<int, int>{1, 1}, {3, 7}, {16, 5}, {64, 128}}) {
+    s.tile_q = tq, s.tile_k = tk;
+    const AttentionRun tiled = run_attention(*device, s, qkv, dy);
+    EXPECT_TRUE(all_close(tiled.y, to_double(whole.y), kForwardTol)) << tq << "x" << tk;
+    EXPECT_TRUE(all_close(tiled.dqkv, to_double(whole.dqkv), kForwardTol)) << tq << "x" << tk;
+  }
 }
 
 // ---------------------------------------------------------------- label smoothing

@@ -1,6 +1,8 @@
 // The CPU backend, every layer and whole networks against float64 references written here from
 // the definitions (plain loops, not copied from src/): forward outputs directly, gradients
-// through central finite differences of the float64 reference, on odd shapes.
+// through central finite differences of the float64 reference, on odd shapes. The language-model
+// layers (sequence linear, layer norm, embeddings, attention, tanh GELU) likewise, and a whole
+// GPT (tied head, dropout) against a float64 executor of its graph.
 //
 // Tolerances are normwise: |actual_i - expected_i| <= tol * max_j |expected_j|, so that an entry
 // near zero is judged against the scale of its tensor rather than against itself (float32
@@ -14,21 +16,26 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/param_layout.hpp"
+#include "drtrain/kernels/rules.hpp"
 #include "drtrain/nn/layer.hpp"
+#include "drtrain/nn/model_graph.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/nn/network.hpp"
 #include "support/float64_checks.hpp"
+#include "support/sequence_reference.hpp"
 
 namespace drt::nn {
 namespace {
@@ -809,6 +816,124 @@ TEST(CpuBackend, SoftmaxCrossEntropyMatchesReferenceAndFiniteDifferences) {
   EXPECT_EQ(no_grad.correct, got.correct);
 }
 
+// ---------------------------------------------------------------- language-model layers
+
+// A sequence of n x T positions of `features` values.
+TensorShape seq(int n, int length, int features) { return TensorShape::seq(n, length, features); }
+
+TEST(SequenceLinear, ActsOnEachPosition) {
+  const int n = 2, T = 5, in = 7, out = 4;
+  auto device = backend::make_cpu_backend();
+  auto layer = make_linear(in, out);
+  const TensorShape s = seq(n, T, in);
+  const TensorShape o = layer->output_shape({s});
+  EXPECT_TRUE(o.sequence);
+  EXPECT_EQ(o.c, T);
+  EXPECT_EQ(o.w, out);
+  EXPECT_EQ(o.str(), "5x4 seq");
+  EXPECT_THROW(layer->output_shape({seq(n, 7, 5)}), ConfigError);  // 7 positions of 5: not 7 features
+  check_layer(*device, *layer, s, normal_floats(s.size(), 41), normal_floats(std::size_t{out} * in + out, 42, 0.5),
+              [&](const Vec& x, const Vec& p) {
+                Vec y(static_cast<std::size_t>(n) * T * out);
+                ref_linear(x.data(), p.data(), n * T, in, out, y.data(), 0, out);  // rows = positions
+                return y;
+              });
+}
+
+TEST(LayerNormLayer, NormalisesEachPositionOrEachSample) {
+  auto device = backend::make_cpu_backend();
+  for (const bool sequence : {true, false}) {
+    SCOPED_TRACE(sequence ? "sequence" : "sample");
+    const TensorShape s = sequence ? seq(3, 4, 6) : TensorShape{3, 2, 1, 3};
+    const int rows = sequence ? 12 : 3, dim = 6;
+    auto layer = make_layernorm(dim);
+    ASSERT_EQ(layer->params().size(), 2u);
+    EXPECT_EQ(layer->params()[0].init, Init::kOnes);
+    FVec params = normal_floats(std::size_t{2} * dim, 43, 0.5, 1.0);
+    check_layer(*device, *layer, s, normal_floats(s.size(), 44, 2.0, 1.0), params, [&](const Vec& x, const Vec& p) {
+      return sequence_reference::layernorm(x, Vec(p.begin(), p.begin() + dim), Vec(p.begin() + dim, p.end()), rows, dim,
+                                           1e-5);
+    });
+  }
+  EXPECT_THROW(make_layernorm(6)->output_shape({seq(1, 6, 5)}), ConfigError);
+}
+
+// Token ids are data: their gradient is zero (written), the table's is the sum of the rows' dy
+// by central differences; ids repeat and some rows of the table stay unused.
+TEST(EmbeddingLayer, LooksUpRowsAndAddsTheirGradients) {
+  const int n = 2, T = 6, vocab = 5, dim = 3;
+  auto device = backend::make_cpu_backend();
+  auto layer = make_embedding(vocab, dim, 0.02);
+  EXPECT_EQ(layer->params()[0].init, Init::kNormal);
+  EXPECT_EQ(layer->params()[0].init_std, 0.02);
+  EXPECT_EQ(layer->output_shape({seq(n, T, 1)}).str(), "6x3 seq");
+  EXPECT_THROW(layer->output_shape({{n, 1, 28, 28}}), ConfigError);  // images are not token ids
+  const FVec ids = {0, 3, 3, 1, 4, 3, 3, 0, 1, 1, 4, 0};
+  check_layer(*device, *layer, seq(n, T, 1), ids, normal_floats(std::size_t{vocab} * dim, 45),
+              [&](const Vec& x, const Vec& p) {
+                Vec y;
+                for (double id : x) {
+                  const auto row = static_cast<std::size_t>(std::lround(id));
+                  y.insert(y.end(), p.begin() + static_cast<std::ptrdiff_t>(row * dim),
+                           p.begin() + static_cast<std::ptrdiff_t>(row * dim + dim));
+                }
+                return y;
+              });
+}
+
+TEST(PositionEmbeddingLayer, AddsTheFirstRowsAndRefusesLongerContexts) {
+  const int n = 3, T = 4, context = 7, dim = 5;
+  auto device = backend::make_cpu_backend();
+  auto layer = make_position_embedding(context, dim, 0.02);
+  EXPECT_TRUE(layer->in_place());
+  check_layer(*device, *layer, seq(n, T, dim), normal_floats(std::size_t{n} * T * dim, 46),
+              normal_floats(std::size_t{context} * dim, 47), [&](const Vec& x, const Vec& p) {
+                Vec y = x;
+                for (std::size_t i = 0; i < y.size(); ++i) y[i] += p[i % (static_cast<std::size_t>(T) * dim)];
+                return y;
+              });
+  try {
+    layer->output_shape({seq(1, 9, dim)});
+    ADD_FAILURE() << "a context of 9 accepted by a table of 7";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("9 positions"), std::string::npos) << m;
+    EXPECT_NE(m.find("context=7"), std::string::npos) << m;
+  }
+}
+
+// Through the layer: its dropout key is (seed, step, node index) and its samples are counted
+// from pass.first_sample, like the dropout layer's (Pass{} here: seed 0, step 0, node 0).
+TEST(AttentionLayer, MatchesReferenceWithAndWithoutDropout) {
+  const int n = 2, T = 6, heads = 2, hd = 3;
+  auto device = backend::make_cpu_backend();
+  for (const float p : {0.0f, 0.25f}) {
+    SCOPED_TRACE(p);
+    auto layer = make_attention(heads, p);
+    EXPECT_TRUE(layer->params().empty());
+    EXPECT_TRUE(layer->keeps_output());
+    const TensorShape s = seq(n, T, 3 * heads * hd);
+    EXPECT_EQ(layer->output_shape({s}).str(), "6x6 seq");
+    sequence_reference::Attention a{n, T, heads, hd, p, kernels::dropout_key(0, 0, 0), 0};
+    check_layer(*device, *layer, s, normal_floats(s.size(), 48), {},
+                [&](const Vec& x, const Vec&) { return sequence_reference::attention(a, x); });
+  }
+  EXPECT_THROW(make_attention(4, 0.0f)->output_shape({seq(1, 3, 18)}), ConfigError);  // 6 features: not 4 heads
+  EXPECT_THROW(make_attention(2, 1.0f), ConfigError);
+}
+
+TEST(GeluTanhLayer, MatchesReferenceAndFiniteDifferences) {
+  auto device = backend::make_cpu_backend();
+  auto layer = make_activation(backend::Activation::kGeluTanh);
+  EXPECT_FALSE(layer->in_place());  // backward reads x
+  const TensorShape s = seq(2, 3, 7);
+  check_layer(*device, *layer, s, normal_floats(s.size(), 49, 2.0), {}, [](const Vec& x, const Vec&) {
+    Vec y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = sequence_reference::gelu_tanh(x[i]);
+    return y;
+  });
+}
+
 // ---------------------------------------------------------------- networks
 
 // Parameters from init_params, with random biases so that every bias enters the forward pass.
@@ -990,6 +1115,239 @@ TEST(Network, LayerHooksReportFinalGradientsLastLayerFirst) {
       EXPECT_EQ(at_ready, download(*device, gb.floats(), n)) << model << ", batch " << batch;
     }
   }
+}
+
+// ---------------------------------------------------------------- language models
+
+// A float64 executor of a language model's graph, node by node from the model file's kinds and
+// options (docs/MODEL_FORMAT.md), written from the definitions: the per-token loss summed over
+// the n x T tokens. Dropout masks follow the documented hash, keyed by (seed, step, node).
+class RefLanguageModel {
+ public:
+  RefLanguageModel(const ModelSpec& spec, FVec ids, Labels labels, int n, const Pass& pass)
+      : spec_(spec), ids_(std::move(ids)), labels_(std::move(labels)), n_(n), pass_(pass) {}
+
+  double loss(const Vec& params) const {
+    const auto& nodes = spec_.graph().nodes();
+    std::vector<Vec> act(nodes.size());
+    std::vector<int> width(nodes.size());
+    const int T = spec_.input().c;
+    const auto tensor = [&](const std::string& name) {
+      const TensorSpec* t = spec_.layout().find(name);
+      return t ? Vec(params.begin() + static_cast<std::ptrdiff_t>(t->offset),
+                     params.begin() + static_cast<std::ptrdiff_t>(t->offset + t->numel))
+               : Vec{};
+    };
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const GraphNode& node = nodes[i];
+      const auto input = [&](std::size_t k) -> const Vec& {
+        const int at = spec_.wiring()[i].inputs[k];
+        return at < 0 ? input_ : act[static_cast<std::size_t>(at)];
+      };
+      const int in_width =
+          spec_.wiring()[i].inputs[0] < 0 ? 1 : width[static_cast<std::size_t>(spec_.wiring()[i].inputs[0])];
+      const auto option = [&](const char* key, double fallback) {
+        const auto it = node.options.find(key);
+        return it == node.options.end() ? fallback : std::stod(it->second);
+      };
+      const std::uint64_t key = kernels::dropout_key(pass_.seed, pass_.step, static_cast<int>(i));
+      const std::size_t rows = static_cast<std::size_t>(n_) * T;
+      Vec& y = act[i];
+      int& out = width[i];
+      out = in_width;
+      if (node.kind == "embedding") {
+        const Vec table = tensor(node.name + ".weight");
+        out = static_cast<int>(table.size() / static_cast<std::size_t>(spec_.classes()));
+        for (float id : ids_)
+          y.insert(y.end(), table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * out),
+                   table.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(id) * out + out));
+      } else if (node.kind == "pos_embedding") {
+        const Vec table = tensor(node.name + ".weight");
+        y = input(0);
+        for (std::size_t k = 0; k < y.size(); ++k) y[k] += table[k % (static_cast<std::size_t>(T) * out)];
+      } else if (node.kind == "dropout") {
+        const double p = option("p", 0.5);
+        y = input(0);
+        for (std::size_t k = 0; k < y.size() && p > 0.0; ++k) {
+          const std::size_t per_sample = static_cast<std::size_t>(T) * out;
+          const bool keep = kernels::dropout_keep(key, pass_.first_sample + static_cast<std::int64_t>(k / per_sample),
+                                                  k % per_sample, static_cast<float>(p));
+          y[k] = keep ? y[k] / (1.0 - p) : 0.0;
+        }
+      } else if (node.kind == "layernorm") {
+        y = sequence_reference::layernorm(input(0), tensor(node.name + ".weight"), tensor(node.name + ".bias"),
+                                          static_cast<int>(rows), out, option("eps", 1e-5));
+      } else if (node.kind == "linear") {
+        const auto tie = node.options.find("tie");
+        const Vec w = tensor((tie == node.options.end() ? node.name : tie->second) + ".weight");
+        const Vec b = tensor(node.name + ".bias");
+        out = static_cast<int>(w.size() / static_cast<std::size_t>(in_width));
+        y.assign(rows * static_cast<std::size_t>(out), 0.0);
+        for (std::size_t r = 0; r < rows; ++r)
+          for (int o = 0; o < out; ++o) {
+            double sum = b.empty() ? 0.0 : b[static_cast<std::size_t>(o)];
+            for (int k = 0; k < in_width; ++k)
+              sum += w[static_cast<std::size_t>(o) * in_width + k] * input(0)[r * in_width + k];
+            y[r * out + o] = sum;
+          }
+      } else if (node.kind == "attention") {
+        const int heads = static_cast<int>(option("heads", 0));
+        out = in_width / 3;
+        const sequence_reference::Attention a{
+            n_, T, heads, out / heads, option("dropout", 0.0), key, pass_.first_sample};
+        y = sequence_reference::attention(a, input(0));
+      } else if (node.kind == "add") {
+        y = input(0);
+        for (std::size_t k = 1; k < node.inputs.size(); ++k)
+          for (std::size_t e = 0; e < y.size(); ++e) y[e] += input(k)[e];
+      } else if (node.kind == "gelu") {
+        const bool tanh = node.options.count("approximate") && node.options.at("approximate") == "tanh";
+        y = input(0);
+        for (double& v : y)
+          v = tanh ? sequence_reference::gelu_tanh(v) : 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+      } else {
+        ADD_FAILURE() << "the reference has no " << node.kind;
+      }
+    }
+    return ref_loss_sum(act.back(), labels_, spec_.classes()).loss;
+  }
+
+  void set_input(const FVec& ids) { input_ = to_double(ids); }
+
+ private:
+  const ModelSpec& spec_;
+  FVec ids_;
+  Labels labels_;
+  int n_;
+  Pass pass_;
+  Vec input_;
+};
+
+struct LmRun {
+  backend::LossSums sums;
+  FVec grads;
+};
+
+LmRun train_lm(const ModelSpec& spec, const FVec& params, const FVec& ids, const Labels& labels, int n, float scale,
+               const Pass& pass, LayerHooks hooks = {}) {
+  auto device = backend::make_cpu_backend();
+  Network net(spec, *device, n + 1);
+  DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(params.size(), kNaN));
+  DeviceBuffer xb = upload(*device, ids), lb = upload_labels(*device, labels);
+  net.bind(pb.floats(), gb.floats());
+  net.set_hooks(std::move(hooks));
+  LmRun run;
+  run.sums = net.train(xb.floats(), lb.ints(), n, scale, pass);
+  run.grads = download(*device, gb.floats(), params.size());
+  return run;
+}
+
+struct LmCase {
+  const char* name;
+  std::map<std::string, std::string> lets;  // of the gpt2 preset
+  int vocab, length, batch;
+};
+void PrintTo(const LmCase& c, std::ostream* os) { *os << c.name; }
+
+class GptVsFloat64Reference : public testing::TestWithParam<LmCase> {};
+
+// A whole GPT (the gpt2 preset at a tiny size: 2 blocks, 2 heads, width 8, a vocabulary of 7,
+// contexts that fill the position table or not, dropout off and on): one training step's loss,
+// per-token correct count and every parameter's gradient against central differences of the
+// float64 executor above. The gradient is grad_scale / T x d(sum of token losses), the tied
+// table's the sum of both its uses.
+TEST_P(GptVsFloat64Reference, LossAndEveryGradientMatch) {
+  const LmCase c = GetParam();
+  const ModelSpec spec(ModelGraph::parse(*ModelGraph::preset_text("gpt2"), "models/gpt2.model", c.lets),
+                       TensorShape::seq(1, c.length, 1), c.vocab);
+  // Weights of 0.3 rather than GPT-2's 0.02, layer norm scales around 1: every signal and
+  // gradient is of order one, so float32 rounding stays far below the tolerance everywhere.
+  FVec params = normal_floats(spec.layout().total(), 81, 0.3);
+  for (const TensorSpec& t : spec.layout().tensors())
+    if (t.name.find(".ln_") != std::string::npos && t.name.find(".weight") != std::string::npos)
+      for (std::size_t i = t.offset; i < t.offset + t.numel; ++i) params[i] += 1.0f;
+  std::mt19937_64 rng(82);
+  FVec ids(static_cast<std::size_t>(c.batch) * c.length);
+  for (float& id : ids) id = static_cast<float>(rng() % static_cast<std::uint64_t>(c.vocab));
+  const Labels labels = random_labels(c.batch * c.length, c.vocab, 83);
+  Pass pass;
+  pass.seed = 84, pass.step = 3, pass.first_sample = 5;
+  const float grad_scale = 0.6f;
+  const LmRun got = train_lm(spec, params, ids, labels, c.batch, grad_scale, pass);
+
+  RefLanguageModel ref(spec, ids, labels, c.batch, pass);
+  ref.set_input(ids);
+  Vec p = to_double(params);
+  const double expected = ref.loss(p);
+  EXPECT_NEAR(got.sums.loss, expected, kForwardTol * expected);
+  Vec fd = finite_difference([&] { return ref.loss(p); }, p);
+  for (double& g : fd) g *= static_cast<double>(grad_scale) / c.length;
+  for (const TensorSpec& t : spec.layout().tensors()) {
+    const FVec actual(got.grads.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                      got.grads.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
+    const Vec want(fd.begin() + static_cast<std::ptrdiff_t>(t.offset),
+                   fd.begin() + static_cast<std::ptrdiff_t>(t.offset + t.numel));
+    EXPECT_TRUE(all_close(actual, want, kGradTol)) << t.name << " (" << c.name << ")";
+    if (t.name != "transformer.wpe.weight" || c.length == std::stoi(c.lets.at("C"))) {
+      EXPECT_GT(max_abs(want), 0.0) << t.name;  // every tensor reaches the loss
+    }
+  }
+  // The tied head's part of the table's gradient is there: without it the gradient differs.
+  const TensorSpec& wte = *spec.layout().find("transformer.wte.weight");
+  EXPECT_EQ(spec.layout().find("lm_head.weight"), nullptr);
+  ASSERT_EQ(spec.wiring().back().tied, 0);
+  // Rows of the table no input token uses get their gradient from the head alone.
+  std::vector<bool> used(static_cast<std::size_t>(c.vocab), false);
+  for (float id : ids) used[static_cast<std::size_t>(id)] = true;
+  const std::size_t dim = wte.numel / static_cast<std::size_t>(c.vocab);
+  for (std::size_t v = 0; v < used.size(); ++v)
+    if (!used[v]) {
+      double head = 0.0;
+      for (std::size_t j = 0; j < dim; ++j) head = std::max(head, std::abs(fd[wte.offset + v * dim + j]));
+      EXPECT_GT(head, 0.0) << "unused token " << v << ": the head's gradient is missing";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sizes, GptVsFloat64Reference,
+    testing::Values(
+        LmCase{"no_dropout", {{"L", "2"}, {"H", "2"}, {"D", "8"}, {"C", "5"}, {"P", "0"}}, 7, 5, 2},
+        LmCase{"dropout_longer_table", {{"L", "2"}, {"H", "2"}, {"D", "8"}, {"C", "9"}, {"P", "0.2"}}, 7, 5, 3}),
+    [](const testing::TestParamInfo<LmCase>& p) { return std::string(p.param.name); });
+
+// --overlap's hooks on a tied model: each range reported once, last layer first, and the
+// embedding's range (the only one holding the shared table) only when both the head's and the
+// embedding's parts are in: the values seen at the report equal the step's final gradients.
+TEST(GptNetwork, HooksReportTheTiedTableAfterBothContributions) {
+  const ModelSpec spec = ModelSpec(ModelGraph::load("gpt:2-2-8"), TensorShape::seq(1, 6, 1), 11);
+  const FVec params = network_params(spec, 91);
+  std::mt19937_64 rng(92);
+  FVec ids(12);
+  for (float& id : ids) id = static_cast<float>(rng() % 11);
+  const Labels labels = random_labels(12, 11, 93);
+  FVec at_ready(params.size(), kNaN);
+  std::vector<std::pair<std::size_t, std::size_t>> ready;
+  float* grads = nullptr;
+  LayerHooks hooks;
+  auto device = backend::make_cpu_backend();
+  Network net(spec, *device, 2);
+  DeviceBuffer pb = upload(*device, params), gb = upload(*device, FVec(params.size(), kNaN));
+  DeviceBuffer xb = upload(*device, ids), lb = upload_labels(*device, labels);
+  grads = gb.floats();
+  hooks.grads_ready = [&](std::size_t b, std::size_t e) {
+    ready.emplace_back(b, e);
+    std::copy(grads + b, grads + e, at_ready.begin() + static_cast<std::ptrdiff_t>(b));
+  };
+  net.bind(pb.floats(), gb.floats());
+  net.set_hooks(hooks);
+  net.train(xb.floats(), lb.ints(), 2, 1.0f);
+  const FVec final_grads = download(*device, gb.floats(), params.size());
+  EXPECT_EQ(at_ready, final_grads);
+  ASSERT_FALSE(ready.empty());
+  EXPECT_EQ(ready.back(), std::make_pair(std::size_t{0}, spec.layout().find("transformer.wte.weight")->numel));
+  // A second step on a fresh network (no hooks) leaves the same gradients: the reports saw
+  // the final values, not values a later write changed.
+  EXPECT_EQ(train_lm(spec, params, ids, labels, 2, 1.0f, Pass{}).grads, final_grads);
 }
 
 // ---------------------------------------------------------------- ModelSpec

@@ -70,9 +70,45 @@ struct BatchNormShape {
   std::size_t count() const { return static_cast<std::size_t>(batch) * static_cast<std::size_t>(spatial); }
 };
 
-// Elementwise activations besides ReLU (which has its own calls). GELU is the exact one,
-// x * Phi(x) with the normal CDF through erf (torch's default approximate='none').
-enum class Activation { kGelu, kTanh, kSigmoid };
+// Elementwise activations besides ReLU (which has its own calls). kGelu is the exact GELU,
+// x * Phi(x) with the normal CDF through erf (torch's default approximate='none'); kGeluTanh its
+// tanh approximation (torch's approximate='tanh', GPT-2's).
+enum class Activation { kGelu, kTanh, kSigmoid, kGeluTanh };
+
+// Layer normalisation over the last axis (torch.nn.LayerNorm(dim)): `rows` rows of `dim` values,
+// each normalised with its own mean and biased variance, y = (x - mean) / sqrt(var + eps) *
+// gamma + beta.
+struct LayerNormShape {
+  int rows = 0, dim = 0;
+  float eps = 1e-5f;
+  std::size_t size() const { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(dim); }
+};
+
+// A token embedding: `rows` token ids (floats holding whole numbers, as the data gives them)
+// pick rows of a [vocab x dim] table.
+struct EmbeddingShape {
+  int rows = 0, vocab = 0, dim = 0;
+};
+
+// Causal multi-head self-attention (torch's scaled_dot_product_attention with is_causal=True
+// on nanoGPT's head split). Input qkv [batch, length, 3 D] (D = heads x head_dim): per position
+// q, k, v = the three consecutive blocks of D, and head h is columns [h hd, (h + 1) hd) of each.
+// Output y [batch, length, D], head h in the same columns: y_i = sum_{j <= i} A_ij v_j with A =
+// softmax over j <= i of q_i . k_j / sqrt(hd), then dropout on A: A_ij is kept when
+// kernels::dropout_keep(key, first_sample + sample, (h * length + i) * length + j, dropout)
+// and scaled by 1 / (1 - dropout) (the softmax's normaliser counts every probability). lse
+// [batch, heads, length] receives each row's log sum_j exp(q_i . k_j / sqrt(hd)), which backward
+// needs to recompute A (FlashAttention: nothing of size length^2 is kept).
+// tile_q/tile_k: the query x key tiles (0: the backend's choice; tests set small ones to cover
+// many tiles on short sequences).
+struct AttentionShape {
+  int batch = 0, length = 0, heads = 0, head_dim = 0;
+  float dropout = 0.0f;           // in [0, 1); 0 in evaluation
+  std::uint64_t key = 0;          // kernels::dropout_key(seed, step, layer)
+  std::int64_t first_sample = 0;  // global index of sample 0 (dropout)
+  int tile_q = 0, tile_k = 0;
+  int dim() const { return heads * head_dim; }
+};
 
 // Inverted dropout of `rows` samples of `per_sample` values each: element e of sample row r is
 // kept when kernels::dropout_keep(key, first_sample + r, e, p) (include/drtrain/kernels/rules.hpp:
@@ -187,6 +223,28 @@ class Backend {
   // DropoutShape::size() bytes); backward dx = dy * mask / (1 - p). In place allowed.
   virtual void dropout_forward(const DropoutShape& s, const float* x, float* y, std::uint8_t* mask) = 0;
   virtual void dropout_backward(const DropoutShape& s, const float* dy, const std::uint8_t* mask, float* dx) = 0;
+
+  // Layer normalisation (LayerNormShape). beta may be null (no shift). Writes y and, per row,
+  // the mean and 1 / sqrt(var + eps) (rows floats each) for backward. y may not be x.
+  virtual void layernorm_forward(const LayerNormShape& s, const float* x, const float* gamma, const float* beta,
+                                 float* y, float* mean, float* inv_std) = 0;
+  // dgamma and (unless null) dbeta overwritten; dx (unless null) overwritten.
+  virtual void layernorm_backward(const LayerNormShape& s, const float* x, const float* dy, const float* gamma,
+                                  const float* mean, const float* inv_std, float* dx, float* dgamma, float* dbeta) = 0;
+
+  // Token embedding (EmbeddingShape): y[r] = table[ids[r]]. An id that is not a whole number in
+  // [0, vocab): the CPU throws Error naming it, a GPU writes a row of NaN (the loss then stops
+  // the run). Backward: dtable[ids[r]] += dy[r] over the rows; `accumulate` false zeroes dtable
+  // first (true: another user of a tied table wrote it already).
+  virtual void embedding_forward(const EmbeddingShape& s, const float* ids, const float* table, float* y) = 0;
+  virtual void embedding_backward(const EmbeddingShape& s, const float* ids, const float* dy, float* dtable,
+                                  bool accumulate) = 0;
+
+  // Causal self-attention (AttentionShape): y and lse from qkv. Backward: dqkv (overwritten)
+  // from the forward's qkv, y and lse and dy = d(loss)/dy.
+  virtual void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse) = 0;
+  virtual void attention_backward(const AttentionShape& s, const float* qkv, const float* y, const float* lse,
+                                  const float* dy, float* dqkv) = 0;
 
   // Strided copy of `rows` rows of `row_floats` floats: dst + r * dst_stride <- src + r *
   // src_stride (concatenation along channels, and its backward).

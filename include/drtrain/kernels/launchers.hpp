@@ -31,6 +31,8 @@ void gelu_forward(const float* x, float* y, std::size_t n, Stream stream);
 void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n, Stream stream);
 void tanh_forward(const float* x, float* y, std::size_t n, Stream stream);
 void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream);
+void gelu_tanh_forward(const float* x, float* y, std::size_t n, Stream stream);
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n, Stream stream);
 void sigmoid_forward(const float* x, float* y, std::size_t n, Stream stream);
 void sigmoid_backward(const float* y, const float* dy, float* dx, std::size_t n, Stream stream);
 
@@ -72,6 +74,35 @@ void global_avgpool_backward(const float* dy, float* dx, std::size_t planes, std
 // receives (softmax - target) * grad_scale.
 void softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
                            float grad_scale, float label_smoothing, double* row_scratch, double* sums, Stream stream);
+
+// Layer normalisation over the last axis (backend::LayerNormShape): rows x dim, y = (x - mean)
+// * inv_std * gamma + beta (beta may be null), mean and inv_std per row. Backward: dx (unless
+// null), dgamma and dbeta (unless null) overwritten; dgamma/dbeta sum the rows in order.
+void layernorm_forward(int rows, int dim, float eps, const float* x, const float* gamma, const float* beta, float* y,
+                       float* mean, float* inv_std, Stream stream);
+void layernorm_backward(int rows, int dim, const float* x, const float* dy, const float* gamma, const float* mean,
+                        const float* inv_std, float* dx, float* dgamma, float* dbeta, Stream stream);
+
+// Token embedding (backend::EmbeddingShape): y[r] = table[ids[r]], a row of NaN for an id that
+// is not a whole number in [0, vocab). Backward: dtable zeroed unless `accumulate`, then
+// dtable[ids[r]] += dy[r] (atomics: not bitwise repeatable where ids repeat).
+void embedding_forward(int rows, int vocab, int dim, const float* ids, const float* table, float* y, Stream stream);
+void embedding_backward(int rows, int vocab, int dim, const float* ids, const float* dy, float* dtable, bool accumulate,
+                        Stream stream);
+
+// Causal self-attention (backend::AttentionShape's contract, without its tiles): y and lse
+// from qkv; backward writes every value of dqkv, using `delta` (batch x heads x length floats)
+// as scratch. head_dim at most 256 (attention_supported).
+struct AttentionGeometry {
+  int batch = 0, length = 0, heads = 0, head_dim = 0;
+  float dropout = 0.0f;
+  std::uint64_t key = 0;
+  std::int64_t first_sample = 0;
+};
+bool attention_supported(int head_dim);
+void attention_forward(const AttentionGeometry& g, const float* qkv, float* y, float* lse, Stream stream);
+void attention_backward(const AttentionGeometry& g, const float* qkv, const float* y, const float* lse, const float* dy,
+                        float* dqkv, float* delta, Stream stream);
 
 // Optimizer updates over n parameters (rules.hpp); buffers as in drt::optim.
 void sgd_update(const SgdCoefficients& c, float* params, const float* grad, float grad_scale, float* momentum,

@@ -26,10 +26,12 @@ struct XentSums {
 XentSums softmax_cross_entropy(const float* logits, const std::int32_t* labels, int rows, int classes, float* dlogits,
                                float grad_scale, float label_smoothing = 0.0f);
 
-// Elementwise activations (rules.hpp); in place allowed. Backward: GELU reads x, tanh and
+// Elementwise activations (rules.hpp); in place allowed. Backward: GELU (both) reads x, tanh and
 // sigmoid read their output y.
 void gelu_forward(const float* x, float* y, std::size_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, std::size_t n);
+void gelu_tanh_forward(const float* x, float* y, std::size_t n);
+void gelu_tanh_backward(const float* x, const float* dy, float* dx, std::size_t n);
 void tanh_forward(const float* x, float* y, std::size_t n);
 void tanh_backward(const float* y, const float* dy, float* dx, std::size_t n);
 void sigmoid_forward(const float* x, float* y, std::size_t n);

@@ -29,6 +29,18 @@ DRT_HD float gelu_grad(float x, float dy) {
   const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
   return dy * (cdf + x * pdf);
 }
+// GELU, tanh approximation (torch's approximate='tanh', GPT-2's): 0.5 x (1 + tanh(u)),
+// u = sqrt(2 / pi) (x + 0.044715 x^3); d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx, t = tanh(u).
+DRT_HD float gelu_tanh(float x) {
+  const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+DRT_HD float gelu_tanh_grad(float x, float dy) {
+  const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+  const float t = tanhf(u);
+  const float du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x * x);
+  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
 // tanh and the logistic sigmoid, with derivatives from their outputs y.
 DRT_HD float tanh_grad(float y, float dy) { return dy * (1.0f - y * y); }
 DRT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -15,18 +15,27 @@
 
 namespace drt::nn {
 
-// NCHW activation shape; fully connected activations are (n, features, 1, 1).
+// NCHW activation shape; fully connected activations are (n, features, 1, 1). A sequence
+// (GPT_DESIGN.md: token windows and what a language model makes of them) holds per sample T
+// positions of D features: c = T, h = 1, w = D, memory [n][T][D]; layers over a sequence act on
+// the last axis (D) of each position.
 struct TensorShape {
   int n = 0, c = 0, h = 1, w = 1;
+  bool sequence = false;
   std::size_t per_sample() const { return static_cast<std::size_t>(c) * h * w; }
   std::size_t size() const { return per_sample() * static_cast<std::size_t>(n); }
-  std::string str() const;  // "1x28x28" (per sample)
-  bool same_sample(const TensorShape& o) const { return c == o.c && h == o.h && w == o.w; }
+  std::string str() const;  // "1x28x28" (per sample), "256x384 seq" (T x D)
+  bool same_sample(const TensorShape& o) const { return c == o.c && h == o.h && w == o.w && sequence == o.sequence; }
+  // A sequence's positions per sample (T), 1 otherwise; and the features each position has.
+  int positions() const { return sequence ? c : 1; }
+  int features() const { return sequence ? w : static_cast<int>(per_sample()); }
+  static TensorShape seq(int n, int length, int features) { return {n, length, 1, features, true}; }
 };
 
 // How a tensor starts. He (Kaiming) normal N(0, sqrt(2 / fan_in)) keeps ReLU activations'
 // variance stable; biases start at zero, batch norm's scale and running variance at one.
-enum class Init { kHeNormal, kZeros, kOnes };
+// kNormal: N(0, init_std^2) (GPT-2's 0.02, the model file's init_std=).
+enum class Init { kHeNormal, kZeros, kOnes, kNormal };
 
 // A tensor of a layer: trainable (a parameter) or state (updated by the forward pass in
 // training, e.g. batch norm's running statistics; see ParamLayout).
@@ -36,6 +45,7 @@ struct ParamSpec {
   std::size_t fan_in = 0;           // inputs per output (He init)
   Init init = Init::kZeros;
   bool state = false;
+  double init_std = 0.0;  // kNormal
   std::size_t numel() const;
 };
 
@@ -80,6 +90,15 @@ class Layer {
     params_ = params;
     grads_ = grads;
   }
+  // Weight tying (docs/MODEL_FORMAT.md, tie=): a linear layer that uses an embedding's table as
+  // its weight is given that tensor and its gradient here, after bind. It lies below the table's
+  // owner in the graph, so its backward runs first and writes the gradient; the owner, marked
+  // with set_tied_owner, then adds its own part instead of writing.
+  void bind_shared(const float* weight, float* grad) {
+    shared_ = weight;
+    shared_grad_ = grad;
+  }
+  void set_tied_owner(bool owner) { tied_owner_ = owner; }
   virtual void forward(backend::Backend& device, const Pass& pass, const std::vector<TensorShape>& in,
                        const std::vector<const float*>& x, float* y) = 0;
   // Writes (not adds) the parameter gradients and, for each dx[i] that is not null, the gradient
@@ -91,6 +110,9 @@ class Layer {
  protected:
   const float* params_ = nullptr;
   float* grads_ = nullptr;
+  const float* shared_ = nullptr;
+  float* shared_grad_ = nullptr;
+  bool tied_owner_ = false;
 };
 
 // A layer of one input: the vector interface reduced to single pointers.
@@ -127,7 +149,18 @@ struct PoolOptions {
 };
 enum class PoolKind { kMax, kAverage };
 
+// A linear layer: over each sample's values, or on a sequence over each position's features
+// (in = D). init_std > 0: weights N(0, init_std^2) instead of He. tied: no weight of its own;
+// bind_shared gives it another node's [out, in] table (its params() then hold the bias only).
+struct LinearOptions {
+  int in = 0, out = 0;
+  bool bias = true;
+  double init_std = 0.0;
+  bool tied = false;
+};
+
 std::unique_ptr<Layer> make_linear(int in, int out, bool bias = true);
+std::unique_ptr<Layer> make_linear(const LinearOptions& options);
 std::unique_ptr<Layer> make_relu();
 std::unique_ptr<Layer> make_activation(backend::Activation f);
 std::unique_ptr<Layer> make_conv2d(const Conv2dOptions& options);
@@ -140,5 +173,14 @@ std::unique_ptr<Layer> make_batchnorm(int channels, float eps = 1e-5f, float mom
 std::unique_ptr<Layer> make_dropout(float p);
 std::unique_ptr<Layer> make_add();
 std::unique_ptr<Layer> make_concat();
+// The language-model layers (GPT_DESIGN.md, docs/MODEL_FORMAT.md). Token embedding: a sequence
+// of T token ids -> T rows of a [vocab, dim] table. Position embedding: adds rows 0..T-1 of a
+// [context, dim] table to a sequence of dim features (in place). Layer norm over the last axis
+// (a sequence's features, or a sample's values). Causal self-attention: [T, 3D] fused q, k, v
+// -> [T, D], `heads` heads, dropout on the attention probabilities in training.
+std::unique_ptr<Layer> make_embedding(int vocab, int dim, double init_std);
+std::unique_ptr<Layer> make_position_embedding(int context, int dim, double init_std);
+std::unique_ptr<Layer> make_layernorm(int dim, float eps = 1e-5f, bool bias = true);
+std::unique_ptr<Layer> make_attention(int heads, float dropout);
 
 }  // namespace drt::nn

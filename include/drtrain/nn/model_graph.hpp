@@ -18,6 +18,7 @@ struct GraphNode {
   std::vector<std::string> inputs;             // node names, or "input" (the data)
   std::map<std::string, std::string> options;  // as written: "out" -> "16"
   int line = 0;                                // in the model file (0: built in C++)
+  std::string context;                         // inside repeat blocks: "i=3" (errors name the iteration)
 };
 
 class ModelGraph {
@@ -27,10 +28,13 @@ class ModelGraph {
 
   // Parses model-file text; `origin` names it in errors ("models/resnet20.model"). Throws
   // ConfigError "origin:line: problem" for bad syntax, unknown kinds or options, bad values,
-  // undefined or duplicate names.
-  static ModelGraph parse(const std::string& text, const std::string& origin);
+  // undefined or duplicate names. `lets` replaces the values of the file's 'let NAME = ...'
+  // lines (each must have one): how gpt:L-H-D sizes the gpt2 preset.
+  static ModelGraph parse(const std::string& text, const std::string& origin,
+                          const std::map<std::string, std::string>& lets = {});
   static ModelGraph parse_file(const std::string& path);
-  // --model: a preset name (mlp, cnn, resnet20), mlp:IN-H1-...-OUT, or a model file's path.
+  // --model: a preset name (mlp, cnn, resnet20, gpt2), mlp:IN-H1-...-OUT, gpt:L-H-D[-C], or a
+  // model file's path.
   static ModelGraph load(const std::string& model);
   // The presets' names and file texts (models/*.model, compiled in).
   static std::vector<std::string> preset_names();
@@ -48,15 +52,20 @@ class ModelGraph {
   const std::vector<GraphNode>& nodes() const { return nodes_; }
   double label_smoothing() const { return label_smoothing_; }
   const std::string& origin() const { return origin_; }
-  // The graph in the model-file format (comments dropped, every input written out); parsing it
-  // gives the same graph. Stored in checkpoints.
+  // The graph in the model-file format (comments dropped, let and repeat expanded, every input
+  // written out); parsing it gives the same graph. Stored in checkpoints.
   std::string to_text() const;
 
-  // "origin:line: " (or "model 'name': " for C++ graphs) for messages about a node.
+  // "origin:line: " (or "model 'name': " for C++ graphs) for messages about a node; inside a
+  // repeat block "origin:line (i=3): ".
   std::string where(const GraphNode& node) const;
 
  private:
+  class Parser;  // model_graph.cpp: lines, let, repeat, {expressions}
+  friend class Parser;
   void check_node(const GraphNode& node) const;  // kinds, options, inputs, names
+  // One node (or 'model NAME') line, its {expressions} already replaced; `at` prefixes errors.
+  void parse_node_line(const std::string& line, int number, const std::string& context, const std::string& at);
   // Checks and appends a node (its input defaults to the node above); the loss node sets the
   // label smoothing instead.
   void append(GraphNode node);

@@ -29,7 +29,8 @@ constexpr TensorShape kFashionMnistInput{1, 1, 28, 28};
 class ModelSpec {
  public:
   // Checks that the graph fits `input` (per sample; n is ignored) and that its output has
-  // `classes` values per sample; throws ConfigError naming the node ("file:line: ...").
+  // `classes` values per sample (a sequence: per position); throws ConfigError naming the node
+  // ("file:line: ...").
   ModelSpec(ModelGraph graph, TensorShape input, int classes);
   // ModelGraph::load(model) for this input and class count.
   static ModelSpec parse(const std::string& model, TensorShape input = kFashionMnistInput, int classes = 10);
@@ -47,13 +48,15 @@ class ModelSpec {
   struct Wiring {
     std::vector<int> inputs;
     TensorShape output;
+    int tied = -1;  // tie=: the node whose first tensor (an embedding's table) is this node's weight
   };
   const std::vector<Wiring>& wiring() const { return wiring_; }
 
   // Fresh layers for one tower (unbound), one per node.
   std::vector<std::unique_ptr<Layer>> make_layers() const;
-  // Initial values into `host` (layout().total() floats): He-normal weights, zero biases, batch
-  // norm scales and running variances one. Depends only on `seed` (mt19937_64 and a
+  // Initial values into `host` (layout().total() floats): He-normal weights (N(0, init_std^2)
+  // where a node gives init_std, and embeddings), zero biases, batch and layer norm scales and
+  // running variances one. Depends only on `seed` (mt19937_64 and a
   // hand-written Box-Muller, identical on every machine).
   void init_params(std::uint64_t seed, float* host) const;
 

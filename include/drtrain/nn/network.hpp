@@ -2,6 +2,14 @@
 // the tower's flat parameter and gradient buffers, plus the activation and gradient buffers of a
 // batch. Forward runs the nodes in file order; backward in reverse, adding the gradients of a
 // node's output that feeds several nodes (residual connections).
+//
+// Language models (GPT_DESIGN.md): when the logits are a sequence [T, V], the loss is per token
+// (n x T rows, labels n x T) and the gradient scale is divided by T, so that grad_scale = W /
+// samples gives the mean over the tokens of the global batch; the loss sums and correct counts
+// are over tokens. Tied weights (tie=): a head that uses an embedding's table is bound to the
+// table's place in the flat space; the head writes the table's gradient, the embedding (above
+// it, so later in backward) adds its own, and the embedding's range, the only one holding the
+// table, is reported to grads_ready after both.
 #pragma once
 
 #include <cstddef>
@@ -40,10 +48,10 @@ class Network {
   const std::vector<std::pair<std::size_t, std::size_t>>& param_ranges() const { return ranges_; }
 
   // Forward, softmax cross-entropy and backward on n samples (device memory: x holds n inputs,
-  // labels n int32). The bound gradients receive grad_scale * d(sum of losses)/d(params), and
-  // the state tensors' part the state update times pass.state_scale (layer.hpp); with n == 0
-  // they are zeroed. The loss and correct count go to the device's accumulator
-  // (take_loss_sums); on a GPU this returns once the work is queued. pass.training is ignored.
+  // labels n int32, or n x T for sequence logits). The bound gradients receive grad_scale * d(sum of losses)/d(params),
+  // and the state tensors' part the state update times pass.state_scale (layer.hpp); with n == 0 they are zeroed. The
+  // loss and correct count go to the device's accumulator (take_loss_sums); on a GPU this returns once the work is
+  // queued. pass.training is ignored.
   void enqueue_train(const float* x, const std::int32_t* labels, int n, float grad_scale, const Pass& pass = {});
   // Forward (evaluation mode) and loss only, accumulated likewise.
   void enqueue_evaluate(const float* x, const std::int32_t* labels, int n);
@@ -73,6 +81,8 @@ class Network {
   const float* activation(int node, const float* x) const;
   std::vector<TensorShape> input_shapes(std::size_t node, int n) const;
   void forward(const float* x, int n, const Pass& pass);
+  int loss_rows(int n) const;
+  float loss_scale(float grad_scale) const;
 
   const ModelSpec& spec_;
   backend::Backend& device_;

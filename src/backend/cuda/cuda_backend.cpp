@@ -1,9 +1,9 @@
 // The CUDA backend: one GPU tower's device. GEMMs go to cuBLAS; convolution, max and average
 // pooling and batch normalisation to cuDNN's legacy (v7-style) API; everything else (the
-// activations, dropout, global average pooling, the backward of average pooling, the loss) to
-// drtrain's kernels (kernels/). All work is queued on the backend's own stream; the calls
-// return before the GPU has finished, except copy_to_host, take_loss_sums and synchronize,
-// which wait for the stream.
+// activations, dropout, global average pooling, the backward of average pooling, the loss, layer
+// norm, the token embedding, causal self-attention) to drtrain's kernels (kernels/). All work is queued on the
+// backend's own stream; the calls return before the GPU has finished, except copy_to_host, take_loss_sums and
+// synchronize, which wait for the stream.
 //
 // cuDNN choices (docs/ARCHITECTURE.md, "GPU path"): the legacy convolution API
 // (cudnnConvolutionForward/BackwardData/BackwardFilter) fits our fixed NCHW float32 layers with
@@ -149,6 +149,7 @@ class CudaBackend final : public Backend {
     bn_plans_.clear();
     if (workspace_) cudaFree(workspace_);
     if (bn_dx_scratch_) cudaFree(bn_dx_scratch_);
+    if (attention_scratch_) cudaFree(attention_scratch_);
     if (row_scratch_) cudaFree(row_scratch_);
     cudaFree(loss_sums_);
     cudaFreeHost(loss_host_);
@@ -259,6 +260,7 @@ class CudaBackend final : public Backend {
       case Activation::kGelu: kernels::gelu_forward(x, y, n, stream_); return;
       case Activation::kTanh: kernels::tanh_forward(x, y, n, stream_); return;
       case Activation::kSigmoid: kernels::sigmoid_forward(x, y, n, stream_); return;
+      case Activation::kGeluTanh: kernels::gelu_tanh_forward(x, y, n, stream_); return;
     }
     throw Error(str(rank_tag(), ": unknown activation ", static_cast<int>(f)));
   }
@@ -270,6 +272,7 @@ class CudaBackend final : public Backend {
       case Activation::kGelu: kernels::gelu_backward(x, dy, dx, n, stream_); return;
       case Activation::kTanh: kernels::tanh_backward(y, dy, dx, n, stream_); return;
       case Activation::kSigmoid: kernels::sigmoid_backward(y, dy, dx, n, stream_); return;
+      case Activation::kGeluTanh: kernels::gelu_tanh_backward(x, dy, dx, n, stream_); return;
     }
     throw Error(str(rank_tag(), ": unknown activation ", static_cast<int>(f)));
   }
@@ -411,6 +414,39 @@ class CudaBackend final : public Backend {
     cuda::use_device(device_);
     check_dropout_p(s.p);
     kernels::dropout_backward(s.rows, s.per_sample, s.p, dy, mask, dx, stream_);
+  }
+
+  // The language-model operations: drtrain's kernels (kernels/sequence.cu).
+  void layernorm_forward(const LayerNormShape& s, const float* x, const float* gamma, const float* beta, float* y,
+                         float* mean, float* inv_std) override {
+    cuda::use_device(device_);
+    kernels::layernorm_forward(s.rows, s.dim, s.eps, x, gamma, beta, y, mean, inv_std, stream_);
+  }
+  void layernorm_backward(const LayerNormShape& s, const float* x, const float* dy, const float* gamma,
+                          const float* mean, const float* inv_std, float* dx, float* dgamma, float* dbeta) override {
+    cuda::use_device(device_);
+    kernels::layernorm_backward(s.rows, s.dim, x, dy, gamma, mean, inv_std, dx, dgamma, dbeta, stream_);
+  }
+  void embedding_forward(const EmbeddingShape& s, const float* ids, const float* table, float* y) override {
+    cuda::use_device(device_);
+    kernels::embedding_forward(s.rows, s.vocab, s.dim, ids, table, y, stream_);
+  }
+  void embedding_backward(const EmbeddingShape& s, const float* ids, const float* dy, float* dtable,
+                          bool accumulate) override {
+    cuda::use_device(device_);
+    kernels::embedding_backward(s.rows, s.vocab, s.dim, ids, dy, dtable, accumulate, stream_);
+  }
+  void attention_forward(const AttentionShape& s, const float* qkv, float* y, float* lse) override {
+    cuda::use_device(device_);
+    kernels::attention_forward(attention_geometry(s), qkv, y, lse, stream_);
+  }
+  void attention_backward(const AttentionShape& s, const float* qkv, const float* y, const float* lse, const float* dy,
+                          float* dqkv) override {
+    cuda::use_device(device_);
+    const kernels::AttentionGeometry g = attention_geometry(s);
+    grow(attention_scratch_, attention_scratch_bytes_,
+         static_cast<std::size_t>(s.batch) * s.heads * s.length * sizeof(float));
+    kernels::attention_backward(g, qkv, y, lse, dy, dqkv, static_cast<float*>(attention_scratch_), stream_);
   }
 
   void copy_rows(float* dst, std::size_t dst_stride, const float* src, std::size_t src_stride, std::size_t row_floats,
@@ -573,6 +609,17 @@ class CudaBackend final : public Backend {
 
   // Grows a device scratch buffer to at least `bytes`. Growing waits for the stream, whose queued
   // work may use the old buffer; it happens on the first use of a (larger) shape.
+  kernels::AttentionGeometry attention_geometry(const AttentionShape& s) const {
+    if (!kernels::attention_supported(s.head_dim))
+      throw Error(str(rank_tag(), ": attention with ", s.head_dim,
+                      " values per head on a GPU: drtrain's kernel takes at most 256 (use more heads)"));
+    check_dropout_p(s.dropout);
+    kernels::AttentionGeometry g;
+    g.batch = s.batch, g.length = s.length, g.heads = s.heads, g.head_dim = s.head_dim;
+    g.dropout = s.dropout, g.key = s.key, g.first_sample = s.first_sample;
+    return g;
+  }
+
   void grow(void*& buffer, std::size_t& size, std::size_t bytes) {
     if (bytes <= size) return;
     DRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -600,6 +647,8 @@ class CudaBackend final : public Backend {
   std::size_t workspace_bytes_ = 0;
   void* bn_dx_scratch_ = nullptr;  // dx of a batch norm backward without dx
   std::size_t bn_dx_scratch_bytes_ = 0;
+  void* attention_scratch_ = nullptr;  // attention backward's dO . O per row
+  std::size_t attention_scratch_bytes_ = 0;
   std::map<ConvKey, std::unique_ptr<ConvPlan>> conv_plans_;
   std::map<PoolKey, std::unique_ptr<PoolPlan>> pool_plans_;
   std::map<BatchNormKey, std::unique_ptr<BatchNormPlan>> bn_plans_;

@@ -1,5 +1,6 @@
-// Elementwise activations: ReLU, GELU (exact), tanh, sigmoid. ReLU, tanh and sigmoid run in
-// place (their backward reads only the output); GELU's backward reads its input.
+// Elementwise activations: ReLU, GELU (exact, or its tanh approximation), tanh, sigmoid. ReLU,
+// tanh and sigmoid run in place (their backward reads only the output); GELU's backward reads
+// its input.
 #include "drtrain/nn/layer.hpp"
 
 namespace drt::nn {
@@ -26,14 +27,15 @@ class Activation final : public UnaryLayer {
   std::string describe() const override {
     switch (f_) {
       case backend::Activation::kGelu: return "gelu";
+      case backend::Activation::kGeluTanh: return "gelu tanh";
       case backend::Activation::kTanh: return "tanh";
       case backend::Activation::kSigmoid: return "sigmoid";
     }
     return "activation";
   }
   TensorShape output_shape(const TensorShape& in) const override { return in; }
-  bool in_place() const override { return f_ != backend::Activation::kGelu; }
-  bool keeps_output() const override { return f_ != backend::Activation::kGelu; }
+  bool in_place() const override { return !gelu(); }
+  bool keeps_output() const override { return !gelu(); }
   void forward(backend::Backend& d, const Pass&, const TensorShape& in, const float* x, float* y) override {
     d.activation_forward(f_, x, y, in.size());
   }
@@ -43,6 +45,7 @@ class Activation final : public UnaryLayer {
   }
 
  private:
+  bool gelu() const { return f_ == backend::Activation::kGelu || f_ == backend::Activation::kGeluTanh; }
   backend::Activation f_;
 };
 

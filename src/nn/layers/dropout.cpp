@@ -19,11 +19,11 @@ class Dropout final : public UnaryLayer {
   TensorShape output_shape(const TensorShape& in) const override { return in; }
   bool in_place() const override { return true; }
   void prepare(backend::Backend& d, const TensorShape& max_in, int index) override {
-    mask_ = d.allocate(max_in.size());
+    if (p_ > 0.0f) mask_ = d.allocate(max_in.size());
     index_ = index;
   }
   void forward(backend::Backend& d, const Pass& pass, const TensorShape& in, const float* x, float* y) override {
-    if (!pass.training) {
+    if (!pass.training || p_ == 0.0f) {  // the identity (p = 0: a model file's switched-off dropout)
       if (x != y) d.copy(y, x, in.size() * sizeof(float));
       return;
     }
@@ -31,7 +31,12 @@ class Dropout final : public UnaryLayer {
   }
   void backward(backend::Backend& d, const Pass& pass, const TensorShape& in, const float*, const float*,
                 const float* dy, float* dx) override {
-    if (dx) d.dropout_backward(shape(pass, in), dy, static_cast<const std::uint8_t*>(mask_.data()), dx);
+    if (!dx) return;
+    if (p_ == 0.0f) {
+      if (dx != dy) d.copy(dx, dy, in.size() * sizeof(float));
+      return;
+    }
+    d.dropout_backward(shape(pass, in), dy, static_cast<const std::uint8_t*>(mask_.data()), dx);
   }
 
  private:

@@ -5,7 +5,10 @@
 
 namespace drt::nn {
 
-std::string TensorShape::str() const { return drt::str(c, "x", h, "x", w); }
+std::string TensorShape::str() const {
+  if (sequence && h == 1) return drt::str(c, "x", w, " seq");
+  return drt::str(c, "x", h, "x", w);
+}
 
 std::size_t ParamSpec::numel() const {
   std::size_t n = 1;
