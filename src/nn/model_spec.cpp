@@ -111,6 +111,27 @@ std::vector<std::unique_ptr<Layer>> ModelSpec::make_layers() const {
   return out;
 }
 
+double ModelSpec::training_flops_per_token() const {
+  if (wiring_.empty() || !wiring_.back().output.sequence) return 0.0;
+  double params = 0.0, attention = 0.0;
+  const auto& nodes = graph_.nodes();
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].kind == "pos_embedding") continue;
+    if (nodes[i].kind == "attention") {
+      const TensorShape& out = wiring_[i].output;  // [T, D]
+      attention += 12.0 * out.positions() * out.features();
+    }
+  }
+  for (const TensorSpec& t : layout_.tensors()) {
+    if (t.state) continue;
+    bool position_table = false;
+    for (const GraphNode& n : nodes)
+      if (n.kind == "pos_embedding" && t.name.rfind(n.name + ".", 0) == 0) position_table = true;
+    if (!position_table) params += static_cast<double>(t.numel);
+  }
+  return 6.0 * params + attention;
+}
+
 std::string ModelSpec::describe() const {
   std::vector<std::string> parts;
   for (const auto& layer : make_layers()) parts.push_back(layer->describe());

@@ -31,14 +31,15 @@ std::unique_ptr<backend::Backend> make_device(const DevicePlan& plan, int tower)
 
 struct Tower {
   Tower(const nn::ModelSpec& spec, std::unique_ptr<backend::Backend> dev, int max_batch)
-      : device(std::move(dev)),
+      : targets(static_cast<std::size_t>(spec.wiring().back().output.positions())),
+        device(std::move(dev)),
         params(device->allocate_floats(spec.layout().total())),
         grads(device->allocate_floats(spec.layout().total())),
         network(spec, *device, max_batch) {
     network.bind(params.floats(), grads.floats());
     if (device->kind() != backend::DeviceKind::kCpu) {  // host batches are copied in
       images = device->allocate_floats(spec.input().per_sample() * static_cast<std::size_t>(max_batch));
-      labels = device->allocate(sizeof(std::int32_t) * static_cast<std::size_t>(max_batch));
+      labels = device->allocate(sizeof(std::int32_t) * static_cast<std::size_t>(max_batch) * targets);
     }
   }
   // Device pointers to n host images and labels: the host memory itself on the CPU, else a copy
@@ -49,10 +50,11 @@ struct Tower {
     DRT_ASSERT(n >= 0 && n <= network.max_batch(), "a tower's batch part exceeds the batch it was built for");
     if (device->kind() == backend::DeviceKind::kCpu) return {x, y};
     device->copy_from_host(images.floats(), x, static_cast<std::size_t>(n) * image_floats * sizeof(float));
-    device->copy_from_host(labels.ints(), y, static_cast<std::size_t>(n) * sizeof(std::int32_t));
+    device->copy_from_host(labels.ints(), y, static_cast<std::size_t>(n) * targets * sizeof(std::int32_t));
     return {images.floats(), labels.ints()};
   }
 
+  std::size_t targets;  // labels per sample: 1, or T (per-token targets of a language model)
   std::unique_ptr<backend::Backend> device;
   backend::DeviceBuffer params, grads, images, labels;
   nn::Network network;
@@ -151,7 +153,8 @@ class DeviceTowers final : public Towers {
     Tower& t0 = tower(0);
     for (int i = 0; i < n; i += max_batch_) {
       const int m = std::min(max_batch_, n - i);
-      const auto [x, y] = t0.upload(images + static_cast<std::size_t>(i) * image_, labels + i, m, image_);
+      const auto [x, y] = t0.upload(images + static_cast<std::size_t>(i) * image_,
+                                    labels + static_cast<std::size_t>(i) * t0.targets, m, image_);
       t0.network.enqueue_evaluate(x, y, m);
     }
     return t0.network.take_loss_sums();

@@ -33,6 +33,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "--dataset hdf5: the data set file (docs/DATA_FORMAT.md; make one with drtrain-data), its /train and /test")
       ("test-file", po::value<std::string>(&c.test_file)->default_value(c.test_file),
        "--dataset hdf5: take /test from this file instead of --data-file")
+      ("context", po::value<int>(&c.context)->default_value(c.context),
+       "a token data set (language models): tokens per sample, the window T a sample and its T next-token "
+       "targets are cut from")
       ("augment", po::value<std::string>(&c.augment)->default_value(c.augment),
        "training augmentation: none, or crop:PAD and/or flip (e.g. crop:4,flip), drawn per (seed, epoch, sample)")
       ("normalize", po::value<std::string>(&c.normalize)->default_value(c.normalize),
@@ -170,6 +173,11 @@ void TrainConfig::validate() const {
     throw ConfigError(
         str("--normalize '", normalize, "': use none, stored, or MEAN,.../STD,... (one of each per channel)"));
   if (test_samples < 0) throw ConfigError(str("--test-samples must be >= 0 (0: all), got ", test_samples));
+  if (context < 0) throw ConfigError(str("--context must be >= 1 for a token data set (0: not set), got ", context));
+  if (context > 0 && dataset != "hdf5")
+    throw ConfigError(str("--context is for token data sets (--dataset hdf5 --data-file TOKENS.h5); this run has "
+                          "--dataset ",
+                          dataset));
   if (epochs < 1) throw ConfigError(str("--epochs must be at least 1 (got ", epochs, ")"));
   if (max_steps < 0) throw ConfigError(str("--max-steps must be >= 0 (got ", max_steps, ")"));
   if (batch_size < 1) throw ConfigError(str("--batch-size must be at least 1 (got ", batch_size, ")"));
@@ -205,11 +213,12 @@ std::string TrainConfig::to_ini() const {
   std::ostringstream o;
   o << "# drtrain configuration (drtrain --print-config); load with --config FILE\n"
     << "model = " << model << "\ndataset = " << dataset << "\ndata-dir = " << data_dir << "\ndata-file = " << data_file
-    << "\ntest-file = " << test_file << "\naugment = " << augment << "\nnormalize = " << normalize
-    << "\nsynthetic-train = " << synthetic_train << "\nsynthetic-test = " << synthetic_test
-    << "\nsynthetic-shape = " << synthetic_shape << "\ntest-samples = " << test_samples << "\nepochs = " << epochs
-    << "\nmax-steps = " << max_steps << "\nbatch-size = " << batch_size << "\ntowers = " << towers
-    << "\ndevice = " << device << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
+    << "\ntest-file = " << test_file << "\ncontext = " << context << "\naugment = " << augment
+    << "\nnormalize = " << normalize << "\nsynthetic-train = " << synthetic_train
+    << "\nsynthetic-test = " << synthetic_test << "\nsynthetic-shape = " << synthetic_shape
+    << "\ntest-samples = " << test_samples << "\nepochs = " << epochs << "\nmax-steps = " << max_steps
+    << "\nbatch-size = " << batch_size << "\ntowers = " << towers << "\ndevice = " << device
+    << "\ncuda-tf32 = " << (cuda_tf32 ? "true" : "false")
     << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\ncpu-gemm = " << cpu_gemm
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
     << "\ntimeline-max-spans = " << timeline_max_spans << "\nstop-signals = " << stop_signals

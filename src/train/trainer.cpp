@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -29,6 +30,8 @@
 #include "drtrain/data/epoch_plan.hpp"
 #include "drtrain/data/hdf5_source.hpp"
 #include "drtrain/data/memory_source.hpp"
+#include "drtrain/data/token_format.hpp"
+#include "drtrain/data/token_source.hpp"
 #include "drtrain/io/checkpoint_store.hpp"
 #include "drtrain/ps/server.hpp"
 #include "checkpointer.hpp"
@@ -55,8 +58,21 @@ int choose_blas_threads(const TrainConfig& c, const comm::Topology& topo) {
 }
 
 // The data set's splits for --dataset hdf5: /train of --data-file, /test of --test-file or
-// --data-file (not opened without evaluation). Both must describe the same images and classes.
+// --data-file (not opened without evaluation). Both must describe the same images and classes,
+// or (a token data set) the same vocabulary, cut into windows of --context tokens.
 void open_hdf5_splits(const TrainConfig& c, WorkerData& d) {
+  if (data::data_kind(c.data_file) == data::DataKind::kTokens) {
+    if (c.context <= 0)
+      throw ConfigError(str(c.data_file, " holds a token stream: pass --context T, the tokens per sample (the "
+                                         "model's context, e.g. 256)"));
+    data::TokenSources s = data::open_token_sources(c.data_file, c.test_file, c.context, c.eval);
+    d.train = std::move(s.train);
+    d.test = std::move(s.test);
+    return;
+  }
+  if (c.context > 0)
+    throw ConfigError(str("--context ", c.context, " is for token data sets, and ", c.data_file,
+                          " holds images: leave --context out"));
   d.train = data::open_hdf5_source(c.data_file, "train");
   if (!c.eval) return;
   d.test = data::open_hdf5_source(c.test_file.empty() ? c.data_file : c.test_file, "test");
@@ -105,15 +121,19 @@ WorkerData load_data(const TrainConfig& c, const comm::Topology& topo) {
 Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData& d) {
   // The data set's sizes and sample shape, from the chief (PS ranks load no data, but the
   // model's layout depends on the shape).
-  int facts[6] = {0, 0, 1, 1, 1, 1};  // train count, test count, C, H, W, classes
+  int facts[7] = {0, 0, 1, 1, 1, 1, 0};  // train count, test count, C, H, W, classes, tokens
   if (d.train) {
     const data::SourceInfo& info = d.train->info();
     facts[0] = static_cast<int>(info.count), facts[2] = info.channels, facts[3] = info.height;
-    facts[4] = info.width, facts[5] = info.classes;
+    facts[4] = info.width, facts[5] = info.classes, facts[6] = info.tokens ? 1 : 0;
   }
   if (d.test) facts[1] = static_cast<int>(d.test->info().count);
   const int chief = topo.worker_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(facts, 6, MPI_INT, chief, topo.world().get()));
+  DRT_MPI_CHECK(MPI_Bcast(facts, 7, MPI_INT, chief, topo.world().get()));
+  // A token data set's samples are T token ids (as floats): a sequence of T positions of one
+  // value each (GPT_DESIGN: c = T, w = 1), and the model's output per-token logits.
+  nn::TensorShape input{1, facts[2], facts[3], facts[4]};
+  if (facts[6]) input = nn::TensorShape::seq(1, facts[4], 1);
   // Every rank reads the model (a model file may differ between nodes: a stale copy) and checks
   // it against the data's shape; any rank's error, or a difference, is one ConfigError everywhere.
   std::optional<nn::ModelGraph> graph;
@@ -126,8 +146,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   comm::raise_if_any(topo.world(), error);
   comm::require_same(topo.world(), comm::fingerprint(graph->to_text()),
                      str("the model (--model ", c.model, " reads differently on some ranks)"));
-  Job job{c, topo, nn::ModelSpec(*graph, {1, facts[2], facts[3], facts[4]}, facts[5]), ps::ShardPlan::balanced(0, 1),
-          c.optimizer};
+  Job job{c, topo, nn::ModelSpec(*graph, input, facts[5]), ps::ShardPlan::balanced(0, 1), c.optimizer};
   job.plan = c.exchange.shard_plan_for(job.spec.layout().total(), topo.num_ps(), topo.num_nodes());
   job.train_count = facts[0];
   job.test_count = facts[1];
@@ -180,9 +199,15 @@ void print_setup(const Job& job, Reporter& out) {
   const std::string where = c.dataset == "synthetic" ? std::string("synthetic")
                             : c.dataset == "hdf5"    ? c.data_file + (c.test_file.empty() ? "" : " + " + c.test_file)
                                                      : c.data_dir;
-  out.line(str("data ", where, ": ", job.train_count, " train, ", job.test_count, " test images of ", in.c, "x", in.h,
-               "x", in.w, ", ", job.spec.classes(), " classes; pixels / 255, normalize ", c.normalize, ", augment ",
-               c.augment));
+  if (in.sequence)
+    out.line(str("data ", where, ": token windows of --context ", in.positions(), " (each with its ", in.positions(),
+                 " next-token targets): ", job.train_count, " train, ", job.test_count, " test; vocabulary ",
+                 job.spec.classes(), "; ", fixed(job.spec.training_flops_per_token() / 1e6, 2),
+                 " MFLOP of training per token (6 x parameters + attention)"));
+  else
+    out.line(str("data ", where, ": ", job.train_count, " train, ", job.test_count, " test images of ", in.c, "x", in.h,
+                 "x", in.w, ", ", job.spec.classes(), " classes; pixels / 255, normalize ", c.normalize, ", augment ",
+                 c.augment));
   out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ",
                c.batch_size / (w * c.towers), "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps,
                " steps in all; BLAS threads per worker ", job.blas_threads));
@@ -351,6 +376,8 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
                " MiB per PS (the largest); workers waited for data ", fixed(100.0 * data_wait, 2),
                "% of the time (the most)"));
   JsonLine summary;
+  const bool lm = job.spec.wiring().back().output.sequence;
+  const double tokens = job.spec.wiring().back().output.positions();
   summary.add("summary", true)
       .add("model", job.config.model)
       .add("dataset", job.config.dataset)
@@ -369,6 +396,13 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("ps_peak_rss_mib", ps_rss)
       .add("data_wait_fraction", data_wait)
       .add("sync_mode", ps::to_string(mode));
+  if (lm) {
+    const double samples_per_s = mode.relaxed() && c.wall_s > 0 ? samples / c.wall_s : c.samples_per_s;
+    summary.add("context", static_cast<std::int64_t>(tokens))
+        .add("tokens_per_s", samples_per_s * tokens)
+        .add("model_tflops", samples_per_s * tokens * job.spec.training_flops_per_token() / 1e12)
+        .add("test_perplexity", std::exp(c.test_loss));
+  }
   if (mode.kind == ps::SyncKind::kBackup) summary.add("dropped_steps", dropped).add("skipped_steps", skipped);
   if (mode.per_gradient())
     summary.add("staleness_mean", staleness_mean).add("staleness_max", staleness_max).add("lookahead", lookahead);

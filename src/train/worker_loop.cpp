@@ -42,7 +42,8 @@ struct Phases {
   double* values() { return &data; }
 };
 
-// Loss, correct predictions and samples over an interval (or an evaluation).
+// Loss, correct predictions and what they are counted over -- samples, or for a language model
+// tokens (the loss is per token) -- over an interval (or an evaluation).
 struct Tally {
   double loss = 0, correct = 0, samples = 0;
   double* values() { return &loss; }
@@ -475,8 +476,8 @@ class WorkerLoop {
     for (const auto& part : batch.towers) my_samples += part.count;
     tally_.loss += sums.loss;
     tally_.correct += static_cast<double>(sums.correct);
-    tally_.samples += my_samples;
-    samples_trained_ += batch.global_count;  // counted alike on every worker: the job's samples
+    tally_.samples += static_cast<double>(my_samples) * targets_;  // tokens for a language model
+    samples_trained_ += batch.global_count;                        // counted alike on every worker: the job's samples
     ++interval_steps_;
   }
 
@@ -488,15 +489,23 @@ class WorkerLoop {
       reduce(phases_.values(), Phases::kCount, MPI_MAX, what);
     }
     const double now = now_seconds();
-    const double rate = tally_.samples / std::max(1e-9, now - interval_start_);
-    const double eta = static_cast<double>(job_.total_steps - step - 1) * job_.config.batch_size / std::max(rate, 1e-9);
+    const double seconds = std::max(1e-9, now - interval_start_);
+    const double rate = tally_.samples / seconds;  // samples/s, or tokens/s for a language model
+    const double eta =
+        static_cast<double>(job_.total_steps - step - 1) * job_.config.batch_size * targets_ / std::max(rate, 1e-9);
     const double loss = tally_.loss / std::max(1.0, tally_.samples);
     const double accuracy = tally_.correct / std::max(1.0, tally_.samples);
     const double per_step = 1e3 / std::max(1, interval_steps_);
     const Stragglers s = relaxed_ ? Stragglers{} : stragglers(what);
+    const std::string measures =
+        language_model()
+            ? str("loss ", fixed(loss, 4), "  ppl ", fixed(std::exp(loss), 2), "  token acc ", fixed(accuracy, 4), "  ",
+                  static_cast<long>(rate), " tokens/s",
+                  flops_per_token_ > 0 ? str(" (", fixed(rate * flops_per_token_ / 1e9, 1), " GFLOP/s)") : "")
+            : str("loss ", fixed(loss, 4), "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate),
+                  " samples/s");
     out_.line(str("epoch ", batch.epoch + 1, "/", job_.config.epochs, " step ", batch.step_in_epoch + 1, "/",
-                  batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  loss ", fixed(loss, 4),
-                  "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate), " samples/s  ETA ",
+                  batch.steps_in_epoch, " (", step + 1, "/", job_.total_steps, ")  ", measures, "  ETA ",
                   clock_text(eta), relaxed_ ? " (the chief's own steps)" : ""));
     if (topo_.num_workers() > 1 && !relaxed_)
       out_.line(str("  step ms over workers: median ", fixed(s.median, 2), ", p90 ", fixed(s.p90, 2), ", max ",
@@ -507,7 +516,10 @@ class WorkerLoop {
                     .add("epoch", batch.epoch + 1)
                     .add("loss", loss)
                     .add("accuracy", accuracy)
-                    .add("samples_per_s", rate)
+                    .add("samples_per_s", rate / targets_)
+                    .add_if(language_model(), "tokens_per_s", rate)
+                    .add_if(language_model(), "perplexity", std::exp(loss))
+                    .add_if(language_model() && flops_per_token_ > 0, "model_tflops", rate * flops_per_token_ / 1e12)
                     .add("lr", current_lr(step))
                     .add_object("ms_per_step", JsonLine()
                                                    .add("data", phases_.data * per_step)
@@ -580,7 +592,7 @@ class WorkerLoop {
     // The part is read in pieces (a test set need not fit in memory), through the same source
     // and normalisation as training, without augmentation.
     const auto [begin, end] = test_part();
-    Tally t{0.0, 0.0, static_cast<double>(end - begin)};
+    Tally t{0.0, 0.0, static_cast<double>(end - begin) * targets_};
     for (int at = begin; at < end; at += kEvalPiece) {
       std::vector<int> samples(static_cast<std::size_t>(std::min(kEvalPiece, end - at)));
       std::iota(samples.begin(), samples.end(), at);
@@ -605,13 +617,19 @@ class WorkerLoop {
     const std::string label = epoch < 0   ? std::string("final ")
                               : epoch_end ? str("epoch ", epoch + 1, " ")
                                           : str("step ", step + 1, " ");
-    out_.line(str(label, "test: loss ", fixed(loss, 4), "  accuracy ", fixed(accuracy, 4), " (",
-                  static_cast<long>(t.samples), " images)"));
+    if (language_model())
+      out_.line(str(label, "test: loss ", fixed(loss, 4), "  ppl ", fixed(std::exp(loss), 2), "  token accuracy ",
+                    fixed(accuracy, 4), " (", static_cast<long>(t.samples / targets_), " windows, ",
+                    static_cast<long>(t.samples), " tokens)"));
+    else
+      out_.line(str(label, "test: loss ", fixed(loss, 4), "  accuracy ", fixed(accuracy, 4), " (",
+                    static_cast<long>(t.samples), " images)"));
     out_.record(JsonLine()
                     .add("eval", true)
                     .add("step", static_cast<std::int64_t>(step + 1))
                     .add("epoch", epoch >= 0 ? epoch + 1 : -1)
                     .add("test_loss", loss)
+                    .add_if(language_model(), "test_perplexity", std::exp(loss))
                     .add("test_accuracy", accuracy)
                     .add("elapsed_s", now_seconds() - run_start_)
                     .add("eval_s", eval_s_));
@@ -641,6 +659,10 @@ class WorkerLoop {
   double data_wait_s_ = 0.0;  // waiting for the loader, over the whole run
   std::int64_t samples_trained_ = 0;
   const bool relaxed_;  // --sync-mode backup/ssp/async
+  // Labels per sample: 1, or T for a language model (per-token loss: tallies count tokens).
+  const double targets_ = job_.spec.wiring().back().output.positions();
+  const double flops_per_token_ = job_.spec.training_flops_per_token();  // 0: not a language model
+  bool language_model() const { return job_.spec.wiring().back().output.sequence; }
   const TrainConfig::Straggler straggler_;
   const bool slow_steps_ = test_fault(str("slow-steps:", topo_.world_rank()));
   std::int64_t skipped_steps_ = 0;     // backup: steps skipped to catch up

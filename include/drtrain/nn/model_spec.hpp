@@ -42,6 +42,11 @@ class ModelSpec {
   float label_smoothing() const { return static_cast<float>(graph_.label_smoothing()); }
   const ParamLayout& layout() const { return layout_; }
   std::string describe() const;  // layers and tensor counts
+  // A language model's training FLOPs per token (forward and backward), as nanoGPT and PaLM
+  // estimate them: 6 x the parameters a token's matrix products use (all but the position
+  // embedding; a tied head's table counts once, through the embedding) + 12 x T x D for each
+  // attention node of width D over T positions. 0 for a model whose output is not a sequence.
+  double training_flops_per_token() const;
 
   // The graph's wiring: for node i, its inputs (node indices; -1 is the data) and its output's
   // per-sample shape. The last node is the logits.

@@ -25,6 +25,7 @@ struct TrainConfig {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string data_file;           // --dataset hdf5: the file with /train (and /test)
   std::string test_file;           // --dataset hdf5: /test from this file instead (optional)
+  int context = 0;                 // token data sets: tokens per sample (the window T); 0: not set
   std::string augment = "none";    // data::parse_augmentation
   std::string normalize = "none";  // data::parse_normalization
   int synthetic_train = 60000;     // synthetic dataset sizes
