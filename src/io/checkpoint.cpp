@@ -3,11 +3,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 #include "checkpoint_schema.hpp"
 #include "hdf5.hpp"
 
@@ -130,11 +133,27 @@ CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, co
     }
   }
   schema::agree(ps, error);
-  // 2. Every PS reads its parts; 3. the checksum over all parts must match.
+  // Test-only (core/test_faults.hpp): the first file checked goes away before the parallel open.
+  static bool vanished = false;
+  if (ps.rank() == 0 && !vanished && test_fault("resume-vanish")) {
+    vanished = true;
+    if (std::rename(path.c_str(), (path + ".vanished").c_str()) != 0)
+      throw Error(str("resume-vanish: cannot move ", path, " away"));
+  }
+  // 2. Every PS reads its parts; 3. the checksum over all parts must match. A file removed or
+  // replaced since the check is one --resume skips (a CheckpointError), like a corrupt one.
   CheckpointMeta meta;
   std::uint64_t part = 0;
+  std::optional<H5Id> opened;
+  try {
+    opened.emplace(open_parallel(ps, path));
+  } catch (const std::exception& e) {
+    error = std::make_exception_ptr(CheckpointError(
+        str("it could not be opened on every PS after it was checked (removed or replaced meanwhile?): ", e.what())));
+  }
+  schema::agree(ps, error);
   {
-    H5Id file = open_parallel(ps, path);
+    H5Id file = std::move(*opened);
     try {
       meta = schema::read_meta(file);
       const H5Id dxpl = independent_transfer();

@@ -9,6 +9,8 @@ CASE:
   tool      drtrain-ckpt info, stats, verify, diff and export
   bad       truncated, bit-flipped, wrong model, missing dataset, newer format, empty file, a
             directory of partial files: clear errors or skips with a warning, never a crash/hang
+  vanish    the newest checkpoint disappears between the check and the parallel open (a test
+            fault): --resume skips it with a warning and takes the next
   crash     kill -9 of PS 0 in the middle of a write: the previous checkpoint survives and
             --resume uses it
   preempt   a stop signal (SIGTERM) on one rank, at a step (the chief, another worker with
@@ -306,6 +308,19 @@ class Case:
             for group in ("params", "state"):
                 for name in a[group]:
                     assert np.array_equal(a[group][name][()], b[group][name][()]), f"{group}/{name} differs"
+
+    def vanish(self):
+        # The newest checkpoint disappears between PS 0's check and the PS's parallel open (test
+        # fault resume-vanish moves it away): --resume skips it with a warning naming it and takes
+        # the next, instead of ending the job.
+        d = os.path.join(self.a.work, "vanish")
+        shutil.rmtree(d, ignore_errors=True)
+        small = ["--dataset", "synthetic", "--model", "mlp:784-64-10", "--checkpoint-dir", d, "--checkpoint-every", "10"]
+        self.drtrain(3, *small, "--max-steps", "20", ps=2)
+        _, out = self.drtrain(3, *small, "--max-steps", "30", "--resume", ps=2,
+                              env=dict(os.environ, DRT_TEST_FAULT="resume-vanish"))
+        expect(out, f"skipping checkpoint {d}/ckpt-00000020.h5: it could not be opened on every PS", "vanish")
+        expect(out, f"resuming from {d}/ckpt-00000010.h5 after 10 updates", "vanish")
 
     def slow(self):
         base = os.path.join(self.a.work, "slow")
@@ -619,7 +634,7 @@ def main():
     p.add_argument("--trials", type=int, default=2, help="kill: trials (each killed and resumed until done)")
     p.add_argument("--seed", type=int, default=None, help="kill: the random seed (default: a fresh one, printed)")
     p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "slow", "full", "model",
-                                    "runs", "kill"])
+                                    "runs", "vanish", "kill"])
     a = p.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1 << 30)

@@ -7,6 +7,8 @@
 //   signal:<world rank>:<step> that rank sends itself SIGTERM (a stop signal) at that step
 //                             (a worker before it, a PS after applying it)
 //   slow-zeroing              every PS sleeps 1 s before clearing its new windows
+//   resume-vanish             --resume: the first checkpoint PS 0 checks is moved away before the
+//                             parallel open (a file removed between the two)
 //   slow-steps:<world rank>   that worker sleeps 0.2 s after each step's compute (a straggler
 //                             whose delay does not depend on the machine's speed)
 // Unset in normal runs; nothing else reads it.
