@@ -66,7 +66,7 @@ class PassiveBase {
   }
 
   // The workers whose last announced push of block `block` of PS `ps` is below (sign < 0) or
-  // above (sign > 0) `pushes`, from the per-worker words that only diagnoses read.
+  // above (sign > 0) `pushes`, from the per-worker pushed words (shard_window.hpp).
   std::vector<std::string> workers_where(int ps, int block, std::int64_t pushes, int sign) {
     std::vector<std::string> names;
     for (int w = 0; w < topo_.num_workers(); ++w) {

@@ -44,8 +44,9 @@ class ExchangePipeline {
   // [0, exchange.total()). grads / params: the worker's host buffers pushed from and pulled into.
   ExchangePipeline(ps::WorkerExchange& exchange, const std::vector<Range>& layers, std::size_t bucket_elems,
                    const float* grads, float* params, Timeline& timeline);
-  // Drains and stops the thread; when unwinding from an error while the thread is still inside
-  // MPI, leaves it behind (the process is about to abort, see the .cpp).
+  // Stops the thread: queued tasks are dropped (callers drain() first on a normal end); a task in
+  // progress, which is only possible when unwinding from an error, is waited for: it finishes or
+  // fails on its own hang timeout, and the watchdog ends an MPI call that never returns.
   ~ExchangePipeline();
   ExchangePipeline(const ExchangePipeline&) = delete;
   ExchangePipeline& operator=(const ExchangePipeline&) = delete;

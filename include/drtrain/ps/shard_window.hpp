@@ -34,7 +34,9 @@
 //   the newest cut after which workers may go on; the newest cut worker w stopped at (INT64_MAX
 //   once it has left) and the step it stopped (or left) before.
 // pushed[w][b]: the last step worker w announced for block b (MPI_REPLACE, in the same flush as
-//   its arrival): read only to name the culprit when a wait times out.
+//   its arrival): under sync read only to name the culprit when a wait times out; under the
+//   relaxed modes it is what the PS applies by (a push newer than the last it took), and ssp's
+//   bound and cuts read it (docs/ARCHITECTURE.md, "Relaxed synchronisation").
 // base[w][b], taken[w][b], readers[b], writing[b]: --sync-mode backup/ssp/async
 //   (docs/ARCHITECTURE.md, "Relaxed synchronisation"): the version of block b worker w computed
 //   its last push from, the last push of worker w the PS has consumed, and block b's
