@@ -138,6 +138,14 @@ std::string Topology::worker_name(int worker) const {
   return str("worker ", worker, " (", rank_place(plan_.worker_ranks[static_cast<std::size_t>(worker)]), ")");
 }
 
+std::string Topology::rank_name(int world_rank) const {
+  for (std::size_t p = 0; p < plan_.ps_ranks.size(); ++p)
+    if (plan_.ps_ranks[p] == world_rank) return ps_name(static_cast<int>(p));
+  for (std::size_t w = 0; w < plan_.worker_ranks.size(); ++w)
+    if (plan_.worker_ranks[w] == world_rank) return worker_name(static_cast<int>(w));
+  return str("world rank ", world_rank);
+}
+
 std::string Topology::describe() const {
   return str(world_size(), " rank(s) on ", num_nodes_, " node(s): PS ", rank_list(plan_.ps_ranks), ", workers ",
              rank_list(plan_.worker_ranks), " (chief = world rank ", plan_.worker_ranks.front(), ")");

@@ -240,8 +240,19 @@ void print_setup(const Job& job, Reporter& out) {
 }  // namespace
 
 void finish_together(const Job& job) {
-  comm::sleepy_barrier(job.topo.world(), job.config.exchange.hang_timeout_s, job.config.exchange.max_nap_us,
-                       "every rank to finish its part of the run");
+  comm::Liveness::note_finished();
+  try {
+    comm::sleepy_barrier(job.topo.world(), job.config.exchange.hang_timeout_s, job.config.exchange.max_nap_us,
+                         "every rank to finish its part of the run");
+  } catch (const HangError&) {
+    // Name who has not finished (their word in the liveness window), not just "a peer".
+    std::vector<std::string> names;
+    for (int r : comm::Liveness::unfinished()) names.push_back(job.topo.rank_name(r));
+    throw HangError(str(rank_tag(), ": ", job.topo.my_name(), " finished its part of the run and waited ",
+                        job.config.exchange.hang_timeout_s, " s without progress from any peer for ",
+                        names.empty() ? std::string("the others") : join(names, ", "),
+                        "; dead, stopped or stuck (raise --hang-timeout if only slow)"));
+  }
 }
 
 namespace {

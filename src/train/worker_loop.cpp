@@ -109,62 +109,24 @@ class WorkerLoop {
     data::BatchLoader loader(*data_.train, lc);
     const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
     interval_start_ = run_start_ = wall0;
+    // One loop for every --sync-mode; what differs is said in two places: at_boundary() (how a
+    // stop reaches this worker: the votes under sync, PS 0's words and cuts otherwise) and
+    // next_step() (step + 1, except that a late backup worker skips to the PS's step). The
+    // relaxed modes run no collectives mid-run (report_interval and evaluate: the chief alone).
     bool evaluated_last = false;
     std::int64_t step = first;
     int stopped_by = 0;
-    if (relaxed_) {
-      const int stopped = run_relaxed(loader, step);
-      return finish_run(step, stopped, evaluated_last, wall0, cpu0);
-    }
-    for (; step < job_.total_steps; ++step) {
-      if ((stopped_by = stop_verdict(step)) != 0) break;
-      const data::WorkerBatch batch = next_batch(loader, step);
-      train_step(batch, step);
-      if (!pipeline_) vote_.cast(step);  // with --overlap, the exchange thread casts once it has pulled
-      const bool epoch_end = batch.step_in_epoch + 1 == batch.steps_in_epoch;
-      if ((step + 1) % job_.config.log_every == 0 || epoch_end || step + 1 == job_.total_steps)
-        report_interval(step, batch);
-      const std::int64_t every = job_.config.eval_every;
-      evaluated_last = (epoch_end || (every > 0 && (step + 1) % every == 0)) && job_.config.eval;
-      if (evaluated_last) evaluate(step, batch.epoch, epoch_end);
-    }
-    return finish_run(step, stopped_by, evaluated_last, wall0, cpu0);
-  }
-
- private:
-  // The batch of step `step`, with the time spent waiting for it.
-  data::WorkerBatch next_batch(data::BatchLoader& loader, std::int64_t step) {
-    const double before = now_seconds();
-    data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
-    const double waited = loader.take_wait_seconds();
-    phases_.data += waited;
-    data_wait_s_ += waited;
-    job_.timeline->span("data wait", before, now_seconds(), step);
-    return batch;
-  }
-
-  // --sync-mode backup/ssp/async: the same steps, without the stop votes and the workers'
-  // collectives (they would make every worker wait for the slowest at each vote or report):
-  // the chief reports its own progress and evaluates the whole test set alone. Under backup a
-  // worker whose gradients came late moves on to the step the PS are at (WorkerExchange::
-  // catch_up), skipping its batches of the steps in between. Sets `step` to the step reached;
-  // returns the stop signal that ended the run early (relaxed_stop), 0 if none.
-  int run_relaxed(data::BatchLoader& loader, std::int64_t& step) {
-    bool evaluated_last = false;
     const std::int64_t per_epoch = job_.steps_per_epoch;
     const auto crosses = [](std::int64_t from, std::int64_t to, std::int64_t every) {
       return to / every > from / every;
     };
-    int stopped = 0;
     while (step < job_.total_steps) {
-      if ((stopped = relaxed_boundary(step)) != 0) break;
+      if ((stopped_by = at_boundary(step)) != 0) break;
       const data::WorkerBatch batch = next_batch(loader, step);
       train_step(batch, step);
       for (const auto& part : batch.towers) samples_computed_ += part.count;
-      const std::int64_t next =
-          std::min(job_.total_steps, resume_.step + exchange_.catch_up());  // step + 1 but under backup
-      for (std::int64_t skip = step + 1; skip < next; ++skip) data_or_fatal([&] { return loader.next(); });
-      skipped_steps_ += next - step - 1;
+      if (!relaxed_ && !pipeline_) vote_.cast(step);  // with --overlap, the exchange thread casts once it has pulled
+      const std::int64_t next = next_step(step, loader);
       const bool epoch_end = crosses(step, next, per_epoch);
       if (crosses(step, next, job_.config.log_every) || epoch_end || next == job_.total_steps)
         report_interval(next - 1, batch);
@@ -174,8 +136,34 @@ class WorkerLoop {
         evaluate(next - 1, static_cast<int>(epoch_end ? next / per_epoch - 1 : (next - 1) / per_epoch), epoch_end);
       step = next;
     }
-    evaluated_last_ = evaluated_last;
-    return stopped;
+    return finish_run(step, stopped_by, evaluated_last, wall0, cpu0);
+  }
+
+ private:
+  // Before step `step`, nothing of this worker's in flight: the stop signal that ends its run
+  // here, else 0. sync: the vote on step - kLag (stop_vote.hpp); the relaxed modes: PS 0's words.
+  int at_boundary(std::int64_t step) { return relaxed_ ? relaxed_boundary(step) : stop_verdict(step); }
+
+  // The step after `step`: step + 1, except under backup, where a worker whose gradients came
+  // late moves on to the step the PS are at (WorkerExchange::catch_up), skipping its batches of
+  // the steps in between.
+  std::int64_t next_step(std::int64_t step, data::BatchLoader& loader) {
+    if (!relaxed_) return step + 1;
+    const std::int64_t next = std::min(job_.total_steps, resume_.step + exchange_.catch_up());
+    for (std::int64_t skip = step + 1; skip < next; ++skip) data_or_fatal([&] { return loader.next(); });
+    skipped_steps_ += next - step - 1;
+    return next;
+  }
+
+  // The batch of step `step`, with the time spent waiting for it.
+  data::WorkerBatch next_batch(data::BatchLoader& loader, std::int64_t step) {
+    const double before = now_seconds();
+    data::WorkerBatch batch = data_or_fatal([&] { return loader.next(); });
+    const double waited = loader.take_wait_seconds();
+    phases_.data += waited;
+    data_wait_s_ += waited;
+    job_.timeline->span("data wait", before, now_seconds(), step);
+    return batch;
   }
 
   // The relaxed modes at the boundary before step `step` (nothing of this worker's in flight):
@@ -239,7 +227,6 @@ class WorkerLoop {
   }
 
   RankReport finish_run(std::int64_t step, int stopped_by, bool evaluated_last, double wall0, double cpu0) {
-    if (relaxed_) evaluated_last = evaluated_last_;
     if (pipeline_) {
       drain();
       towers_->set_layer_hooks({}, {});
@@ -667,11 +654,10 @@ class WorkerLoop {
   const bool slow_steps_ = test_fault(str("slow-steps:", topo_.world_rank()));
   std::int64_t skipped_steps_ = 0;     // backup: steps skipped to catch up
   std::int64_t samples_computed_ = 0;  // this worker's samples of the steps it trained
-  bool evaluated_last_ = false;
-  int stop_posted_ = 0;            // relaxed: the stop signal this worker has requested from PS 0
-  std::int64_t stop_before_ = -1;  // backup: the step every worker stops before (-1: no stop yet)
-  int stop_signal_ = 0;            // backup: the signal that stops them
-  std::int64_t cut_acked_ = 0;     // ssp/async: the newest cut this worker stopped at
+  int stop_posted_ = 0;                // relaxed: the stop signal this worker has requested from PS 0
+  std::int64_t stop_before_ = -1;      // backup: the step every worker stops before (-1: no stop yet)
+  int stop_signal_ = 0;                // backup: the signal that stops them
+  std::int64_t cut_acked_ = 0;         // ssp/async: the newest cut this worker stopped at
 };
 
 }  // namespace

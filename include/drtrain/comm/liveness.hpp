@@ -37,10 +37,19 @@ class Liveness {
   // True when another rank's counter changed since the previous call in this process (the first
   // call compares with zero: every counter starts there).
   static bool peers_progressed();
+  // The end of a run: this rank says it has done its part (a second word of its own); a rank
+  // that gave up waiting for the others reads who has not (ranks of the world communicator,
+  // ascending; a rank whose word could not be read counts as not finished). Without a Liveness:
+  // nothing, and an empty list.
+  static void note_finished();
+  static std::vector<int> unfinished();
 
  private:
   void bump();
   bool read_peers();
+  // Reads word `word` (0: the counter, 1: finished) of every other rank into reading_, waiting at
+  // most kReadPatience; done[r] tells whose read completed.
+  std::vector<bool> read_all(int word);
 
   const Comm& world_;
   Window window_;
@@ -48,7 +57,8 @@ class Liveness {
   double interval_s_;
   double last_bump_ = -1.0;
   std::int64_t one_ = 1, ignored_ = 0;
-  std::vector<std::int64_t> seen_, reading_;  // per rank: the last value read, the buffer of a read
+  std::vector<std::int64_t> seen_, reading_;  // per rank: the last counter read, the buffer of a read
+  std::vector<int> reading_word_;             // per rank: which word the read in reading_ is of
   std::vector<MPI_Request> requests_;         // per rank: a read still pending (MPI_REQUEST_NULL: none)
 };
 

@@ -63,6 +63,7 @@ class Topology {
   std::string ps_name(int ps) const;
   std::string worker_name(int worker) const;
   std::string my_name() const { return is_ps() ? ps_name(role_index_) : worker_name(role_index_); }
+  std::string rank_name(int world_rank) const;  // ps_name or worker_name of a world rank
 
   // One line per role, e.g. "4 ranks on 1 node: PS [0], workers [1 2 3] (chief 1)".
   std::string describe() const;
