@@ -4,29 +4,66 @@
 //   drtrain-ckpt diff A B [--rtol R]  per tensor max |a-b| and max |a-b|/|b|; exit 1 past R (default 0)
 //   drtrain-ckpt verify FILE          structure and content checksum; exit 1 if bad
 //   drtrain-ckpt export FILE OUT      plain HDF5 with torch state_dict names (fc1.weight, ...)
-// Exit status: 0 fine, 1 a check failed, 2 bad usage or an unreadable file.
+//   drtrain-ckpt sample FILE [...]    text from a language model's checkpoint (kHelp below)
+// Exit status: 0 fine, 1 a check failed, 2 bad usage, an unreadable file or a model that cannot sample.
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "drtrain/backend/backend.hpp"
+#include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/io/checkpoint.hpp"
+#include "drtrain/nn/generate.hpp"
+#include "drtrain/nn/model_graph.hpp"
 
 namespace {
 
 using drt::io::CheckpointFile;
 
+const char* const kHelp =
+    "usage: drtrain-ckpt COMMAND ...   (docs/CHECKPOINT_FORMAT.md)\n"
+    "  info FILE                 metadata, the run and its lineage, tensors with shapes\n"
+    "  stats FILE                per tensor: L2 norm, min, max, mean, NaN and Inf counts\n"
+    "  diff A B [--rtol R]       per tensor max |a-b| and max |a-b|/|b|; exit 1 past R (default 0)\n"
+    "  verify FILE               structure and content checksum; exit 1 if bad\n"
+    "  export FILE OUT           the parameters (and state) as a plain HDF5 torch state_dict\n"
+    "  sample FILE [options]     generate text from a language model's checkpoint, on the CPU:\n"
+    "      --prompt TEXT         byte-level models (vocabulary 256) only: the text's bytes, after a 0 byte\n"
+    "                            (the document separator drtrain-data convert --text puts before each file)\n"
+    "      --prompt-tokens 1,2,3 token ids, as they are (any vocabulary)\n"
+    "                            neither, or an empty one: start from token 0 alone (byte-level: a new document)\n"
+    "      --length N            tokens to generate (default 256)\n"
+    "      --temperature T       softmax temperature (default 1; 0: greedy, the most likely token)\n"
+    "      --top-k K             draw among the K most likely tokens only (default 0: all)\n"
+    "      --seed S              the draws' seed (default 1): mt19937_64, the same draws on any machine\n"
+    "      --context T           tokens the model sees (default: the position table's rows)\n"
+    "      --model M             the model (a preset, gpt:L-H-D, a model file) instead of the definition the\n"
+    "                            checkpoint stores; needed for files without one\n"
+    "    The network is rebuilt from the checkpoint's model_definition and run in evaluation mode (no\n"
+    "    dropout). Each new token costs one forward pass of the last min(tokens so far, T) tokens, padded\n"
+    "    to a power of two (at most T; no KV cache): about 2 x parameters x window FLOP, for gpt2 at\n"
+    "    T = 1024 about 0.3 TFLOP a token, seconds on a CPU. Byte-level models print the prompt and the\n"
+    "    new bytes as they are (a 0 byte as a newline), then a newline; other vocabularies print the\n"
+    "    token ids separated by spaces. Timing goes to stderr.\n"
+    "Exit status: 0 fine, 1 a check failed, 2 bad usage, an unreadable file or a model that cannot sample.\n";
+
 int usage(const char* why) {
   std::fprintf(stderr,
                "drtrain-ckpt: %s\nusage: drtrain-ckpt info FILE | stats FILE | diff A B [--rtol R] | verify FILE | "
-               "export FILE OUT\n",
+               "export FILE OUT | sample FILE [--prompt TEXT | --prompt-tokens 1,2,3] [--length N] [--temperature T] "
+               "[--top-k K] [--seed S] [--context T] [--model M]   (drtrain-ckpt --help)\n",
                why);
   return 2;
 }
@@ -179,9 +216,195 @@ int export_state_dict(const CheckpointFile& f, const std::string& out) {
   return 0;
 }
 
+// ---- sample (nn/generate.hpp)
+
+constexpr int kByteVocab = 256;  // drtrain-data convert --text: byte-level, 0 separates documents
+
+long long parse_integer(const std::string& text, const std::string& flag) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0' || v < std::numeric_limits<int>::min() ||
+      v > std::numeric_limits<int>::max())
+    throw drt::ConfigError(drt::str(flag, " '", text, "' is not a whole number"));
+  return v;
+}
+
+struct SampleArgs {
+  std::string file;
+  bool text_prompt = false, token_prompt = false;
+  std::string prompt;         // --prompt (bytes)
+  std::string prompt_tokens;  // --prompt-tokens
+  int length = 256;
+  double temperature = 1.0;
+  int top_k = 0;
+  std::uint64_t seed = 1;
+  int context = 0;  // 0: the position table's rows
+  std::string model;
+};
+
+SampleArgs parse_sample(int argc, char** argv) {
+  SampleArgs a;
+  a.file = argv[2];
+  for (int i = 3; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) throw drt::ConfigError(drt::str(flag, " needs a value (drtrain-ckpt --help)"));
+    const std::string value = argv[i + 1];
+    if (flag == "--prompt") a.text_prompt = true, a.prompt = value;
+    else if (flag == "--prompt-tokens") a.token_prompt = true, a.prompt_tokens = value;
+    else if (flag == "--length") {
+      a.length = static_cast<int>(parse_integer(value, flag));
+      if (a.length < 0) throw drt::ConfigError(drt::str("--length ", a.length, " must be >= 0 (tokens to generate)"));
+    } else if (flag == "--temperature") {
+      errno = 0;
+      char* end = nullptr;
+      a.temperature = std::strtod(value.c_str(), &end);
+      if (value.empty() || errno != 0 || *end != '\0')
+        throw drt::ConfigError(drt::str("--temperature '", value, "' is not a number"));
+      if (!(a.temperature >= 0.0) || !std::isfinite(a.temperature))
+        throw drt::ConfigError(drt::str("--temperature ", value,
+                                        " must be a finite number >= 0 (0: greedy, the most likely token; 1: the "
+                                        "model's distribution)"));
+    } else if (flag == "--top-k") {
+      a.top_k = static_cast<int>(parse_integer(value, flag));
+      if (a.top_k < 0)
+        throw drt::ConfigError(drt::str("--top-k ", a.top_k, " must be >= 0 (0: every token; K: the K most likely)"));
+    } else if (flag == "--seed") {
+      a.seed = static_cast<std::uint64_t>(drt::parse_count(value, "--seed"));
+    } else if (flag == "--context") {
+      a.context = static_cast<int>(parse_integer(value, flag));
+      if (a.context < 1)
+        throw drt::ConfigError(
+            drt::str("--context ", a.context, " must be at least 1 (leave it out for the position table's rows)"));
+    } else if (flag == "--model") {
+      a.model = value;
+    } else {
+      throw drt::ConfigError(drt::str("sample has no option '", flag, "' (drtrain-ckpt --help lists them)"));
+    }
+  }
+  if (a.text_prompt && a.token_prompt) throw drt::ConfigError("pass --prompt or --prompt-tokens, not both");
+  return a;
+}
+
+// The prompt's tokens; empty: start from token 0 (byte-level: the separator, a new document).
+// implicit: the first token is that 0 or the one before --prompt's bytes, which is not printed.
+std::vector<int> prompt_tokens(const SampleArgs& a, int vocab, bool& implicit) {
+  std::vector<int> tokens;
+  implicit = true;
+  if (a.text_prompt) {
+    if (vocab != kByteVocab)
+      throw drt::ConfigError(drt::str("--prompt TEXT is byte-level text, for models with a vocabulary of 256 "
+                                      "(drtrain-data convert --text); this model's vocabulary is ",
+                                      vocab, ": pass token ids with --prompt-tokens 1,2,3"));
+    tokens.push_back(0);  // a document starts after a 0 byte, as in the converted corpora
+    for (unsigned char c : a.prompt) tokens.push_back(c);
+    return tokens;
+  }
+  for (const std::string& item : drt::split_list(a.prompt_tokens, ',')) {
+    errno = 0;
+    char* end = nullptr;
+    const long long t = std::strtoll(item.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0' || t < 0)
+      throw drt::ConfigError(drt::str("--prompt-tokens: '", item, "' is not a token id (a whole number >= 0)"));
+    if (t >= vocab)
+      throw drt::ConfigError(drt::str("--prompt-tokens: token ", t, " is not below the model's vocabulary size ", vocab,
+                                      ": pass ids in 0..", vocab - 1));
+    tokens.push_back(static_cast<int>(t));
+  }
+  implicit = tokens.empty();
+  if (tokens.empty()) tokens.push_back(0);
+  return tokens;
+}
+
+int sample(int argc, char** argv) {
+  const SampleArgs a = parse_sample(argc, argv);
+  std::map<std::string, CheckpointFile::Tensor> tensors;  // "/params/x", "/state/y"
+  drt::nn::ModelGraph graph;
+  try {
+    const CheckpointFile f(a.file);
+    f.verify();  // a damaged file fails here rather than generating garbage
+    if (!a.model.empty()) {
+      graph = drt::nn::ModelGraph::load(a.model);
+    } else if (f.meta().model_definition.empty()) {
+      throw drt::ConfigError(drt::str(
+          a.file,
+          " stores no model definition (written by a drtrain before model files, or a definition over 32 KiB): "
+          "pass the model it was trained with, --model ",
+          f.meta().model.empty() ? std::string("M") : f.meta().model));
+    } else {
+      graph = drt::nn::ModelGraph::parse(f.meta().model_definition, a.file + " (model_definition)");
+    }
+    for (const std::string& d : f.datasets())
+      if (d.rfind("/params/", 0) == 0 || d.rfind("/state/", 0) == 0) tensors.emplace(d, f.read(d));
+  } catch (const drt::io::CheckpointError& e) {
+    throw drt::Error(drt::str(a.file, ": ", e.what()));
+  }
+  const auto shape_of = [&](const std::string& name) {
+    for (const char* group : {"/params/", "/state/"}) {
+      const auto it = tensors.find(group + name);
+      if (it != tensors.end()) return it->second.shape;
+    }
+    return std::vector<std::int64_t>{};
+  };
+  auto device = drt::backend::make_cpu_backend();
+  drt::nn::LanguageModel lm(graph, shape_of, a.context, *device);
+  bool implicit = false;
+  const std::vector<int> prompt = prompt_tokens(a, lm.vocab(), implicit);
+  drt::nn::TokenSampler sampler(a.temperature, a.top_k, a.seed);
+
+  std::vector<float> flat(lm.layout().total());
+  for (const drt::TensorSpec& t : lm.layout().tensors()) {
+    const std::string path = (t.state ? "/state/" : "/params/") + t.name;
+    const auto it = tensors.find(path);
+    if (it == tensors.end())
+      throw drt::ConfigError(drt::str(a.file, " holds no ", path, ", which its model needs (", shape_text(t.shape),
+                                      "): the file and the model definition do not match"));
+    if (it->second.shape != t.shape)
+      throw drt::ConfigError(drt::str(a.file, ": ", path, " has the shape ", shape_text(it->second.shape),
+                                      " but the model needs ", shape_text(t.shape)));
+    std::copy(it->second.values.begin(), it->second.values.end(), flat.begin() + static_cast<std::ptrdiff_t>(t.offset));
+    tensors.erase(it);
+  }
+  for (const auto& [path, tensor] : tensors)
+    std::fprintf(stderr, "drtrain-ckpt: warning: %s's %s is not a tensor of the model; unused\n", a.file.c_str(),
+                 path.c_str());
+  tensors.clear();
+  lm.set_params(flat);
+  flat = {};
+
+  // Byte-level: raw bytes (the separator as a newline), else token ids separated by spaces; the
+  // implicit start token is not printed.
+  const bool bytes = lm.vocab() == kByteVocab;
+  bool first = true;
+  const auto print = [&](int t) {
+    if (bytes) std::fputc(t == 0 ? '\n' : t, stdout);
+    else std::printf(first ? "%d" : " %d", t);
+    first = false;
+    std::fflush(stdout);
+  };
+  for (std::size_t i = implicit ? 1 : 0; i < prompt.size(); ++i) print(prompt[i]);
+  std::vector<int> tokens = prompt;
+  const auto start = std::chrono::steady_clock::now();
+  lm.generate(tokens, a.length, sampler, print);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "drtrain-ckpt: sampled %d tokens in %.2f s (%.1f ms each; vocabulary %d, context %d, temperature %g, "
+               "top-k %d, seed %llu)\n",
+               a.length, seconds, a.length ? 1e3 * seconds / a.length : 0.0, lm.vocab(), lm.context(), a.temperature,
+               a.top_k, static_cast<unsigned long long>(a.seed));
+  return 0;
+}
+
 int run(int argc, char** argv) {
+  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
   if (argc < 3) return usage("missing arguments");
   const std::string command = argv[1];
+  if (command == "sample") return sample(argc, argv);
   if (command == "diff") {
     if (argc != 4 && !(argc == 6 && std::strcmp(argv[4], "--rtol") == 0)) return usage("diff takes A B [--rtol R]");
     const double rtol = argc == 6 ? std::atof(argv[5]) : 0.0;
@@ -203,7 +426,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const drt::io::CheckpointError& e) {
+  } catch (const drt::io::CheckpointError& e) {  // sample names its file itself
     std::fprintf(stderr, "drtrain-ckpt: %s: %s\n", argc > 2 ? argv[argc - 1] : "", e.what());
     return argc > 1 && std::strcmp(argv[1], "verify") == 0 ? 1 : 2;
   } catch (const std::exception& e) {

@@ -133,7 +133,7 @@ void Network::bind(const float* params, float* grads) {
   ranges_.clear();
   std::size_t offset = 0;
   for (auto& layer : layers_) {
-    layer->bind(params + offset, grads + offset);
+    layer->bind(params + offset, grads ? grads + offset : nullptr);
     const std::size_t begin = offset;
     for (const ParamSpec& p : layer->params()) offset += p.numel();
     ranges_.emplace_back(begin, offset);
@@ -145,7 +145,7 @@ void Network::bind(const float* params, float* grads) {
     const int owner = wiring[i].tied;
     if (owner < 0) continue;
     const std::size_t at = ranges_[static_cast<std::size_t>(owner)].first;
-    layers_[i]->bind_shared(params + at, grads + at);
+    layers_[i]->bind_shared(params + at, grads ? grads + at : nullptr);
     layers_[static_cast<std::size_t>(owner)]->set_tied_owner(true);
   }
 }
@@ -230,6 +230,13 @@ void Network::enqueue_evaluate(const float* x, const std::int32_t* labels, int n
 backend::LossSums Network::evaluate(const float* x, const std::int32_t* labels, int n) {
   enqueue_evaluate(x, labels, n);
   return take_loss_sums();
+}
+
+const float* Network::infer(const float* x, int n) {
+  Pass pass;
+  pass.training = false;
+  forward(x, n, pass);
+  return activation(static_cast<int>(layers_.size() - 1), x);
 }
 
 backend::LossSums Network::take_loss_sums() { return device_.take_loss_sums(); }

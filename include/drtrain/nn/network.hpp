@@ -39,7 +39,8 @@ class Network {
   // Allocates activations for batches of up to max_batch samples on `device`.
   Network(const ModelSpec& spec, backend::Backend& device, int max_batch);
 
-  // params and grads: device buffers of spec.layout().total() floats.
+  // params and grads: device buffers of spec.layout().total() floats. grads may be null for a
+  // network that only runs infer().
   void bind(const float* params, float* grads);
   // Installs (or, with empty functions, removes) the per-layer hooks; layers without tensors
   // are not reported.
@@ -60,6 +61,11 @@ class Network {
   // enqueue_* followed by take_loss_sums().
   backend::LossSums train(const float* x, const std::int32_t* labels, int n, float grad_scale, const Pass& pass = {});
   backend::LossSums evaluate(const float* x, const std::int32_t* labels, int n);
+  // Inference: forward in evaluation mode (no dropout; batch norm's running statistics) of n
+  // samples, without a loss. Returns the logits, the last node's output: device memory of n x
+  // its per-sample size (a language model: [n][T][V]), valid until the network's next call; on a
+  // GPU the work is queued (copy_to_host waits for it). Used by nn/generate.hpp.
+  const float* infer(const float* x, int n);
 
   int max_batch() const { return max_batch_; }
   // Device time of the last training step's forward (with the loss) and backward, read after
