@@ -27,11 +27,12 @@ Liveness::Liveness(const Comm& world, double interval_s)
       reading_(static_cast<std::size_t>(world.size()), 0),
       reading_word_(static_cast<std::size_t>(world.size()), 0),
       requests_(static_cast<std::size_t>(world.size()), MPI_REQUEST_NULL) {
+  // MPI_Win_sync belongs inside a passive-target epoch (osc/ucx refuses it outside one).
+  epoch_ = new PassiveEpoch(window_);
   static_cast<std::int64_t*>(window_.base())[0] = 0;  // the progress counter
   static_cast<std::int64_t*>(window_.base())[1] = 0;  // finished
   DRT_MPI_CHECK(MPI_Win_sync(window_.get()));
   DRT_MPI_CHECK(MPI_Barrier(world.get()));  // every counter is zero before anyone reads or bumps one
-  epoch_ = new PassiveEpoch(window_);
   DRT_ASSERT(g_instance == nullptr, "one Liveness at a time");
   g_instance = this;
 }
