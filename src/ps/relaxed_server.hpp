@@ -60,7 +60,7 @@ class RelaxedServer : PassiveBase {
   void publish_all(std::int64_t version);
 
   // A HangError naming what the PS waited for (no gradient from `missing` for `waited` seconds).
-  HangError hang(const std::vector<int>& missing, double waited, const std::string& what) const;
+  HangError hang(const std::vector<int>& missing, double waited, const std::string& what);
 
  private:
   static constexpr std::size_t kTables = 3;  // read()'s words before pushed[W][B]

@@ -373,14 +373,17 @@ void Checkpointer::wait_in_flight() {
       seen = writer_.progress();
       waiter = comm::PollWaiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
     }
-    if (!waiter.pause())
+    if (!waiter.pause()) {
+      const std::string unreachable = in_flight_->reducing ? comm::hang_survey() : std::string();
       throw HangError(
           str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for the checkpoint ",
               in_flight_->final_path,
-              in_flight_->reducing
+              !in_flight_->reducing ? ": this PS's writes have not progressed; its file system is stuck"
+              : unreachable.empty()
                   ? " to be written by the other PS; one of them is dead, stopped or its file system is stuck"
-                  : ": this PS's writes have not progressed; its file system is stuck",
+                  : str(" to be written by the other PS; ", unreachable),
               " (raise --hang-timeout if it is only slow)"));
+    }
   }
 }
 

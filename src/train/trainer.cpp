@@ -365,9 +365,13 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     reporter->line(str("resuming from ", resume.file, " after ", resume.updates, " updates: step ", resume.step + 1,
                        " of ", job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch,
                        " steps into it)"));
-  // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
-  // MPI call a little later (their messages name the culprit; its is the fallback).
-  comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
+  // The cooperative waits give up after --hang-timeout (and a survey of the PS of a few seconds,
+  // ps/passive_base.hpp); the watchdog ends a rank stuck inside an MPI call later (their
+  // messages name the culprit; its is the fallback).
+  std::vector<std::string> places;
+  for (int r = 0; r < topo.world_size(); ++r) places.push_back(topo.rank_place(r));
+  comm::Watchdog::name_ranks(std::move(places));  // "the call waits on world rank 3 on node2"
+  comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.2 + 5.0);
   StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);
   const RankReport mine =
       topo.is_ps() ? run_ps(job, resume, vote)

@@ -150,6 +150,7 @@ class Case:
         code, out = self.drtrain(3, "--sync-mode", "async", "--max-steps", 60, "--hang-timeout", 8,
                                  "--eval", "false", expect_ok=False, env={"DRT_TEST_FAULT": "stop:0:5"}, timeout=60)
         if not re.search(r"PS 0 \(world rank 0\).*(is|that PS is) dead, stopped or stuck|"
+                         r"PS 0 \(world rank 0\) does not answer|"
                          r"a call into MPI has not returned, so a peer rank is probably dead or stopped", out):
             print(out)
             raise SystemExit("FAIL: async with PS 0 stopped: no worker reported it")
