@@ -33,6 +33,7 @@ CASE:
             CI runs 2, tests/e2e/kill_anywhere.sh runs many)
 """
 import argparse
+import glob
 import os
 import random
 import re
@@ -232,9 +233,10 @@ class Case:
                                             "--log-every", "1000", "--eval", "false", *small, *endless,
                                             "--checkpoint-dir", d, "--checkpoint-every", "50"],
                   os.path.join(base, "external.log"))
-        job.wait_for(lambda: os.path.exists(os.path.join(d, "ckpt-00000050.h5")), "the checkpoint after 50 updates",
-                     directory=d)
-        job.wait_for(lambda: len(self.drtrain_ranks(d)) == 3, "3 drtrain ranks to find", directory=d)
+        # Any checkpoint: with --keep 3 at a millisecond a step, the one after 50 updates may be
+        # gone before a poll sees it.
+        job.wait_for(lambda: glob.glob(os.path.join(d, "ckpt-*.h5")), "a first checkpoint", directory=d)
+        job.wait_for(lambda: len(self.drtrain_ranks(d)) == 3, "3 drtrain ranks", directory=d)
         os.kill(sorted(self.drtrain_ranks(d))[-1], signal.SIGTERM)  # the highest pid: some rank, PS or worker
         code, out = job.finish(directory=d)
         steps = stopped_at(code, out, "external SIGTERM")

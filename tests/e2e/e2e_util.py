@@ -81,7 +81,7 @@ class Job:
             if self.proc.poll() is not None:
                 self.fail(f"the job ended (exit status {self.proc.returncode}) before {what}", directory)
             if time.time() > deadline:
-                self.fail(f"no {what} after {timeout} s (a hang guard)", directory)
+                self.fail(f"still waiting for {what} after {timeout} s (a hang guard)", directory)
             time.sleep(0.05)
 
     def finish(self, timeout=HANG_GUARD_S, directory=None):
