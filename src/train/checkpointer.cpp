@@ -156,6 +156,7 @@ Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const Re
 Checkpointer::~Checkpointer() {
   // Only on a failure (finish() leaves nothing in flight): the job is about to abort; the writer
   // thread is joined by writer_'s destructor, the reduction is left to MPI_Abort.
+  releasing_.store(true);
   if (in_flight_ && in_flight_->reducing) comm::unwatch_request(&in_flight_->request);
 }
 
@@ -171,6 +172,7 @@ io::ShardView Checkpointer::live_view() const {
 void Checkpointer::after_step(std::int64_t step) {
   const TrainConfig& c = job_.config;
   if (c.checkpoint_dir.empty()) return;
+  reached_step_.store(step);
   advance();
   const bool lead = job_.topo.role_index() == 0;
   bool due = c.checkpoint_every > 0 && updates_at(step) % c.checkpoint_every == 0;
@@ -225,6 +227,7 @@ bool Checkpointer::settle_in_flight(std::int64_t step) {
 
 void Checkpointer::finish(std::int64_t step) {
   if (job_.config.checkpoint_dir.empty()) return;
+  releasing_.store(true);
   wait_in_flight();
   if (step == last_skipped_ && skipped_ > 0) --skipped_;  // written below after all
   if (skipped_ > 0)
@@ -307,7 +310,11 @@ void Checkpointer::start_async(std::int64_t step) {
                                                     server_.optimizer().slot_names(), server_.spans());
   // Test-only (core/test_faults.hpp): a slow file system; a full one on the last PS.
   SnapshotWriter::Faults faults;
-  if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 6.0;
+  // checkpoint-slow: the write lasts until training is 350 steps further, so that the saves due
+  // at the next 3 multiples of 100 find it still going (each waits half of --hang-timeout, then is
+  // skipped), however fast the steps go.
+  if (test_fault(str("checkpoint-slow:", f->updates)))
+    faults.hold = [this, until = step + 350] { return !releasing_.load() && reached_step_.load() < until; };
   faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
   writer_.start(std::move(parts), live_view(),
                 faults);  // the snapshot: the serve loop may change the shard from here on
