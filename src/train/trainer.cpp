@@ -369,6 +369,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   // ps/passive_base.hpp); the watchdog ends a rank stuck inside an MPI call later (their
   // messages name the culprit; its is the fallback).
   std::vector<std::string> places;
+  places.reserve(static_cast<std::size_t>(topo.world_size()));
   for (int r = 0; r < topo.world_size(); ++r) places.push_back(topo.rank_place(r));
   comm::Watchdog::name_ranks(std::move(places));  // "the call waits on world rank 3 on node2"
   comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.2 + 5.0);
