@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <mutex>
 
 #include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/mpi_check.hpp"
@@ -17,6 +18,29 @@
 namespace drt::comm {
 namespace {
 constexpr int kSpinPolls = 64;  // a poll costs well under a microsecond on one node
+
+std::mutex g_survey_mutex;
+std::function<std::string()> g_survey;
+
+// The end of a message of a wait that gave up: the survey's culprit, or the generic one.
+std::string culprit_clause() {
+  const std::string found = hang_survey();
+  return found.empty() ? std::string("a peer rank is dead, stopped or stuck") : found;
+}
+}  // namespace
+
+void set_hang_survey(std::function<std::string()> survey) {
+  std::lock_guard<std::mutex> lock(g_survey_mutex);
+  g_survey = std::move(survey);
+}
+
+std::string hang_survey() {
+  std::function<std::string()> survey;
+  {
+    std::lock_guard<std::mutex> lock(g_survey_mutex);
+    survey = g_survey;
+  }
+  return survey ? survey() : std::string();
 }
 
 PollWaiter::PollWaiter(double timeout_s, int max_nap_us)
@@ -55,9 +79,8 @@ void wait_request(MPI_Request& request, double timeout_s, int max_nap_us, const 
     DRT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (!waiter.pause())
-      throw HangError(str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for ", what(),
-                          "; a peer rank is dead, stopped or stuck (raise --hang-timeout if it "
-                          "is only slow)"));
+      throw HangError(str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for ", what(), "; ",
+                          culprit_clause(), " (raise --hang-timeout if it is only slow)"));
   }
 }
 
@@ -206,8 +229,8 @@ std::vector<std::string> gather_bytes(const Comm& comm, std::string send, int ro
     const int waited = static_cast<int>(waiter.waited_seconds());
     if (is_root) withdraw_receives(requests, parts);
     throw HangError(str(rank_tag(), ": waited ", waited, " s for ", what, is_root ? " from rank" : " to reach rank",
-                        count > 1 ? "s " : " ", missing,
-                        "; a peer rank is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+                        count > 1 ? "s " : " ", missing, "; ", culprit_clause(),
+                        " (raise --hang-timeout if it is only slow)"));
   }
   return parts;
 }

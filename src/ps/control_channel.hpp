@@ -33,6 +33,13 @@ class ControlChannel {
   void add(int ps, MPI_Aint word, std::int64_t value) { update(ps, {{word, MPI_SUM, value}}); }
   // Reads `count` consecutive words starting at `word` of PS `ps` into `out`.
   void read(int ps, MPI_Aint word, int count, std::int64_t* out);
+  // For diagnoses, never blocks for long: reads one word of each PS in `ps_list` (request-based,
+  // MPI_Rget_accumulate, all at once) and waits at most `timeout_s` for the answers. Returns,
+  // per PS, whether its word arrived; a PS that does not answer is dead or stopped, or its node
+  // or the network to it is down (a blocking read of it would never return: its flush waits for
+  // the target). The buffers and requests of reads that did not complete are kept for the rest of
+  // the process (the job is about to end) instead of being freed under MPI's feet.
+  std::vector<bool> probe(const std::vector<int>& ps_list, MPI_Aint word, double timeout_s, int max_nap_us);
 
  private:
   const ShardWindow& window_;

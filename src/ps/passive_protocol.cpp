@@ -262,10 +262,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
     for (refresh_taken(ps); taken[b] < pushes - 1; refresh_taken(ps))
       if (!waiter.pause())
-        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                            " s for ", topo_.ps_name(ps), " to apply its gradient of block ", block, " (push ",
-                            pushes - 1,
-                            "); that PS is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+        throw hang_error(
+            waiter.waited_seconds(),
+            str(" for ", topo_.ps_name(ps), " to apply its gradient of block ", block, " (push ", pushes - 1, ")"),
+            "that PS is dead, stopped or stuck");
     wait_s_ += waiter.waited_seconds();
   }
 
@@ -289,11 +289,11 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
       for (refresh_pushed(ps); slowest() < needed; refresh_pushed(ps), refresh_left())
         if (!waiter.pause())
-          throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                              " s (--sync-mode ", to_string(config_.mode), ") for ",
-                              join(workers_where(ps, block, needed, -1), ", "), " to push step ", needed - 1,
-                              " of block ", block, " of ", topo_.ps_name(ps),
-                              "; that worker is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+          throw hang_error(
+              waiter.waited_seconds(),
+              str(" (--sync-mode ", to_string(config_.mode), ") for ", join(workers_where(ps, block, needed, -1), ", "),
+                  " to push step ", needed - 1, " of block ", block, " of ", topo_.ps_name(ps)),
+              "that worker is dead, stopped or stuck");
       wait_s_ += waiter.waited_seconds();
     }
     max_lead_ = std::max(max_lead_, pushes - slowest());
@@ -367,12 +367,12 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
       if (progressed || left.empty()) continue;
       if (!waiter.pause()) {
         const Chunk& c = left.front();
-        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                            " s (--sync-mode ", to_string(config_.mode), ") to read block ", c.block, " of ",
-                            topo_.ps_name(c.ps), " (version ", known_version(c.ps, c.block), ", this worker needs ",
-                            uses_own_slot_only() ? str("its push ", version - 1, " applied") : str("version ", version),
-                            "); that PS is dead, stopped or stuck, or holds the block (raise --hang-timeout if it is "
-                            "only slow)"));
+        throw hang_error(
+            waiter.waited_seconds(),
+            str(" (--sync-mode ", to_string(config_.mode), ") to read block ", c.block, " of ", topo_.ps_name(c.ps),
+                " (version ", known_version(c.ps, c.block), ", this worker needs ",
+                uses_own_slot_only() ? str("its push ", version - 1, " applied") : str("version ", version), ")"),
+            "that PS is dead, stopped or stuck, or holds the block");
       }
     }
     wait_s_ += waiter.waited_seconds();
@@ -444,11 +444,10 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     std::int64_t seen = 0;
     for (control_.read(ps, word, 1, &seen); seen < needed; control_.read(ps, word, 1, &seen))
       if (!waiter.pause())
-        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                            " s for ", topo_.worker_name(before), " to push block ", block, " of ", topo_.ps_name(ps),
-                            " for step ", pushes - 1,
-                            " (--grad-push ordered); that worker is dead, stopped or "
-                            "stuck (raise --hang-timeout if it is only slow)"));
+        throw hang_error(waiter.waited_seconds(),
+                         str(" for ", topo_.worker_name(before), " to push block ", block, " of ", topo_.ps_name(ps),
+                             " for step ", pushes - 1, " (--grad-push ordered)"),
+                         "that worker is dead, stopped or stuck");
     wait_s_ += waiter.waited_seconds();
     *done = true;
   }
@@ -471,14 +470,19 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
                          "if it is only slow)"));
   }
 
-  // A worker gave up waiting for block `block` of PS `ps`: the per-worker words (readable by
-  // anyone) tell whether a worker never pushed (it is the culprit) or the PS itself is stuck.
+  // A worker gave up waiting for block `block` of PS `ps`: first, which PS answer at all (a
+  // bounded read: a PS on a lost node would block a plain one for ever); then `ps`'s per-worker
+  // words (readable by anyone) tell whether a worker never pushed (it is the culprit) or the PS
+  // itself is stuck.
   HangError publish_hang(int ps, int block, std::int64_t version, double waited) {
+    const std::string head = str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ",
+                                 topo_.ps_name(ps), " to publish block ", block, " after step ", version - 2,
+                                 " (it has published ", known_version(ps, block), " version(s) of it); ");
+    const std::string unreachable = unreachable_ps();
+    if (!unreachable.empty()) return HangError(str(head, unreachable, " (raise --hang-timeout if it is only slow)"));
     const std::vector<std::string> missing = workers_where(ps, block, version - 1, -1);
     return HangError(
-        str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s for ", topo_.ps_name(ps),
-            " to publish block ", block, " after step ", version - 2, " (it has published ", known_version(ps, block),
-            " version(s) of it); ",
+        str(head,
             missing.empty()
                 ? str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck")
                 : str("it still lacks the gradients of ", join(missing, ", "), ", which is dead, stopped or stuck"),
@@ -539,9 +543,9 @@ class PassiveServer final : public ServerProtocol, PassiveBase {
         std::vector<std::string> missing;
         for (int b = 0; b < blocks && missing.empty(); ++b)
           if (!applied[static_cast<std::size_t>(b)]) missing = workers_where(me, b, pushes, -1);
-        throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                            " s for the gradients of step ", pushes - 1, " from ", join(missing, ", "),
-                            "; that worker is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+        throw hang_error(waiter.waited_seconds(),
+                         str(" for the gradients of step ", pushes - 1, " from ", join(missing, ", ")),
+                         "that worker is dead, stopped or stuck");
       }
     }
   }

@@ -43,10 +43,9 @@ void RelaxedServer::lock(int block) {
   for (control_.read(me, layout.readers_word(block), 1, &readers); readers != 0;
        control_.read(me, layout.readers_word(block), 1, &readers))
     if (!waiter.pause())
-      throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
-                          " s to write block ", block, ", which ", readers,
-                          " worker read(s) still hold; a worker is "
-                          "dead, stopped or stuck in the middle of a pull (raise --hang-timeout if it is only slow)"));
+      throw hang_error(waiter.waited_seconds(),
+                       str(" to write block ", block, ", which ", readers, " worker read(s) still hold"),
+                       "a worker is dead, stopped or stuck in the middle of a pull");
   sync_local_memory();  // the slots' pushes and the workers' finished Gets, before the loads and stores
 }
 
@@ -105,13 +104,12 @@ void RelaxedServer::publish_all(std::int64_t version) {
   control_.write(me, words, version);
 }
 
-HangError RelaxedServer::hang(const std::vector<int>& missing, double waited, const std::string& what) const {
+HangError RelaxedServer::hang(const std::vector<int>& missing, double waited, const std::string& what) {
   std::vector<std::string> names;
   names.reserve(missing.size());
   for (int w : missing) names.push_back(topo_.worker_name(w));
-  return HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waited), " s (--sync-mode ",
-                       to_string(config_.mode), ") for ", what, " from ", join(names, ", "),
-                       "; that worker is dead, stopped or stuck (raise --hang-timeout if it is only slow)"));
+  return hang_error(waited, str(" (--sync-mode ", to_string(config_.mode), ") for ", what, " from ", join(names, ", ")),
+                    "that worker is dead, stopped or stuck");
 }
 
 }  // namespace drt::ps

@@ -81,7 +81,7 @@ class RelaxedServer : PassiveBase {
   void publish_all(std::int64_t version);
 
   // A HangError naming what the PS waited for (no gradient from `missing` for `waited` seconds).
-  HangError hang(const std::vector<int>& missing, double waited, const std::string& what) const;
+  HangError hang(const std::vector<int>& missing, double waited, const std::string& what);
 
  private:
   // read()'s words before cut_ack: departed, stop_request, stop_at, cut_request, cut_release

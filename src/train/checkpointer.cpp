@@ -322,6 +322,7 @@ Checkpointer::Checkpointer(const Job& job, ps::ParameterServer& server, const Re
 Checkpointer::~Checkpointer() {
   // Only on a failure (finish() leaves nothing in flight): the job is about to abort; the writer
   // thread is joined by writer_'s destructor, the reduction is left to MPI_Abort.
+  releasing_.store(true);
   if (in_flight_ && in_flight_->reducing) comm::unwatch_request(&in_flight_->request);
 }
 
@@ -371,6 +372,7 @@ io::ShardView Checkpointer::live_view() const {
 void Checkpointer::after_step(std::int64_t step) {
   const TrainConfig& c = job_.config;
   if (c.checkpoint_dir.empty()) return;
+  reached_step_.store(step);
   advance();
   const bool lead = job_.topo.role_index() == 0;
   int by_time = 0;
@@ -420,6 +422,7 @@ bool Checkpointer::settle_in_flight(const SavePoint& point) {
 
 void Checkpointer::finish(std::int64_t step, const ps::Cut* end) {
   if (job_.config.checkpoint_dir.empty()) return;
+  releasing_.store(true);
   wait_in_flight();
   const SavePoint point = end ? at_cut(*end) : at_step(step);
   if (point.updates == last_skipped_ && skipped_ > 0) --skipped_;  // written below after all
@@ -519,7 +522,11 @@ void Checkpointer::start_async(const SavePoint& point) {
                                                     server_.optimizer().slot_names(), server_.spans());
   // Test-only (core/test_faults.hpp): a slow file system; a full one on the last PS.
   SnapshotWriter::Faults faults;
-  if (test_fault(str("checkpoint-slow:", f->updates))) faults.delay_s = 6.0;
+  // checkpoint-slow: the write lasts until training is 350 steps further, so that the saves due
+  // at the next 3 multiples of 100 find it still going (each waits half of --hang-timeout, then is
+  // skipped), however fast the steps go.
+  if (test_fault(str("checkpoint-slow:", f->updates)))
+    faults.hold = [this, until = step + 350] { return !releasing_.load() && reached_step_.load() < until; };
   faults.fail = job_.topo.role_index() + 1 == job_.topo.num_ps() && test_fault(str("checkpoint-full:", f->updates));
   writer_.start(std::move(parts), live_view(),
                 faults);  // the snapshot: the serve loop may change the shard from here on
@@ -585,14 +592,17 @@ void Checkpointer::wait_in_flight() {
       seen = writer_.progress();
       waiter = comm::PollWaiter(job_.config.exchange.hang_timeout_s, job_.config.exchange.max_nap_us);
     }
-    if (!waiter.pause())
+    if (!waiter.pause()) {
+      const std::string unreachable = in_flight_->reducing ? comm::hang_survey() : std::string();
       throw HangError(
           str(rank_tag(), ": waited ", static_cast<int>(waiter.waited_seconds()), " s for the checkpoint ",
               in_flight_->final_path,
-              in_flight_->reducing
+              !in_flight_->reducing ? ": this PS's writes have not progressed; its file system is stuck"
+              : unreachable.empty()
                   ? " to be written by the other PS; one of them is dead, stopped or its file system is stuck"
-                  : ": this PS's writes have not progressed; its file system is stuck",
+                  : str(" to be written by the other PS; ", unreachable),
               " (raise --hang-timeout if it is only slow)"));
+    }
   }
 }
 

@@ -25,6 +25,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -136,6 +137,11 @@ class Checkpointer {
   const Job& job_;
   ps::ParameterServer& server_;
   comm::Comm done_comm_;  // the PS: completion reductions of background saves
+  // The test fault checkpoint-slow (read by the writer thread; declared before writer_, which
+  // joins that thread when destroyed): the last step after_step() saw, and whether the
+  // checkpointer is finishing or going away (a held write must then go on).
+  std::atomic<std::int64_t> reached_step_{0};
+  std::atomic<bool> releasing_{false};
   SnapshotWriter writer_;
   std::unique_ptr<InFlight> in_flight_;  // unique_ptr: the request's address stays put (watched)
   std::string resumed_from_;

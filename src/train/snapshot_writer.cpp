@@ -29,9 +29,9 @@ void SnapshotWriter::start(io::CheckpointParts parts, const io::ShardView& live,
   progress_.store(0, std::memory_order_relaxed);
   sum_ = 0;
   error_ = nullptr;
-  thread_ = std::thread([this, parts = std::move(parts), copy = std::move(copy), faults] {
+  thread_ = std::thread([this, parts = std::move(parts), copy = std::move(copy), faults = std::move(faults)] {
     const auto bump = [this](std::size_t) { progress_.fetch_add(1, std::memory_order_relaxed); };
-    for (double slept = 0; slept < faults.delay_s; slept += 0.05) {
+    for (double slept = 0; slept < faults.delay_s || (faults.hold && faults.hold()); slept += 0.05) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       bump(0);
     }

@@ -458,11 +458,16 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
                        " of ", job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch,
                        " steps into it", resume.worker_steps.empty() ? "" : "; the slowest worker's: a cut", ")"));
   reporter->line(resume.identity_note);
-  // The cooperative waits give up after --hang-timeout; the watchdog ends a rank stuck inside an
-  // MPI call a little later (their messages name the culprit; its is the fallback).
-  comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.1 + 2.0);
-  // Waits give up after --hang-timeout without progress of any peer (a rank busy with a long
-  // checkpoint or evaluation renews them), also in the checkpoint writer's collectives.
+  // The cooperative waits give up after --hang-timeout without progress of any peer (a rank busy
+  // with a long checkpoint or evaluation renews them: comm/liveness.hpp; also the checkpoint
+  // writer's collectives), and a survey of the PS of a few seconds (ps/passive_base.hpp); the
+  // watchdog ends a rank stuck inside an MPI call later (their messages name the culprit; its is
+  // the fallback).
+  std::vector<std::string> places;
+  places.reserve(static_cast<std::size_t>(topo.world_size()));
+  for (int r = 0; r < topo.world_size(); ++r) places.push_back(topo.rank_place(r));
+  comm::Watchdog::name_ranks(std::move(places));  // "the call waits on world rank 3 on node2"
+  comm::Watchdog::arm(config.exchange.hang_timeout_s * 1.2 + 5.0);
   comm::set_patience(config.exchange.hang_timeout_s, config.exchange.max_nap_us);
   comm::Liveness liveness(topo.world(), std::clamp(config.exchange.hang_timeout_s / 8.0, 0.05, 1.0));
   StopVote vote(topo.world(), config.exchange.hang_timeout_s, config.exchange.max_nap_us);

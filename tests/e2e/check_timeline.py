@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 
+import e2e_util
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEQUENTIAL_SPANS = {"data wait", "forward", "backward", "tower combine", "push", "ps wait", "pull", "evaluation"}
 OVERLAP_SPANS = {"data wait", "forward", "backward", "evaluation"}
@@ -36,10 +38,10 @@ def run(a, name, extra):
     cmd = a.mpiexec.split() + ["-n", "3", os.path.join(a.bin, "drtrain"), "--num-ps", "1", "--max-steps", "40",
                                "--log-every", "10", "--timeline", trace, "--metrics", metrics, "--checkpoint-dir",
                                os.path.join(work, "ckpt"), "--checkpoint-every", "20"] + extra
-    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        print(done.stdout, done.stderr)
-        fail(f"drtrain ({name}) failed")
+    code, out = e2e_util.run(cmd, expect_ok=None)  # a hang fails with the output so far
+    if code != 0:
+        print(out)
+        fail(f"drtrain ({name}) exited {code}")
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}

@@ -39,8 +39,12 @@ import numpy as np
 
 
 def run(cmd, expect_rc=0):
-    p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=120)
+    try:  # 120 s: a hang guard (each command takes seconds)
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=120)
+    except subprocess.TimeoutExpired as e:
+        print(e.output.decode(errors="replace") if isinstance(e.output, bytes) else e.output)
+        raise SystemExit(f"FAIL: {' '.join(cmd)} did not end within 120 s (a hang guard; its output is above)")
     if expect_rc is not None and p.returncode != expect_rc:
         print(p.stdout)
         raise SystemExit(f"FAIL: {' '.join(cmd)} exited {p.returncode}, expected {expect_rc}")

@@ -29,15 +29,15 @@ Fashion-MNIST MLP.
                --resume from a middle one continues each worker at its own step
   resume       async over 2 PS, backup:1 with --wire bf16: 20 steps with a checkpoint, then --resume
                to 40 steps
-  stop         a stop signal (SIGTERM) in the middle of a 60-step run, 1 PS + 3 workers: async on
-               a worker, ssp:2 on the PS, backup:1 on the chief; and async with 2 PS + 2 workers
-               on PS 1 (which raises PS 0's request). Every rank exits 75. backup: the chief says
-               after which step S it stopped (one step after the furthest worker's push when PS 0
-               saw the request: past the signal's step, before the end), the PS checkpoint of step
+  stop         a stop signal (SIGTERM) at step 10 of a run that lasts until stopped, 1 PS + 3
+               workers: async on a worker, ssp:2 on the PS, backup:1 on the chief; and async with
+               2 PS + 2 workers on PS 1 (which raises PS 0's request). Every rank exits 75. backup:
+               the chief says after which step S it stopped (one step after the furthest worker's
+               push when PS 0 saw the request: past the signal's step), the PS checkpoint of step
                S exists. ssp/async stop at a cut: the signalled worker leaves at its next step
                boundary (before step 11), the others at theirs; the last checkpoint records each
                worker's step and holds exactly the gradients of those steps; after the first,
-               --resume continues each worker at its own step to 60 and exits 0
+               --resume continues each worker at its own step to 20 steps past the furthest
 
 usage: sync_modes.py --bin BUILD/bin --mpiexec "mpiexec FLAGS" --work DIR CASE
 """
@@ -61,12 +61,12 @@ class Case:
         os.makedirs(path)
         return path
 
-    def drtrain(self, ranks, *args, expect_ok=True, env=None, timeout=240, ps=1):
+    def drtrain(self, ranks, *args, expect_ok=True, env=None, ps=1):
         cmd = self.a.mpiexec.split() + ["-n", str(ranks), os.path.join(self.a.bin, "drtrain"), "--num-ps", str(ps),
                                         "--batch-size", "96", "--test-samples", "2000", "--poll-nap-us", "200"]
         environment = dict(os.environ)
         environment.update(env or {})
-        return run(cmd + [str(x) for x in args], expect_ok, env=environment, timeout=timeout)
+        return run(cmd + [str(x) for x in args], expect_ok, env=environment)
 
     def summary(self, metrics):
         with open(metrics) as f:
@@ -156,8 +156,9 @@ class Case:
         # waits (for the apply, or for Gets of published parameters) name the PS; under MPICH a
         # read of the stopped PS's window may not return, and the hang watchdog ends the rank.
         code, out = self.drtrain(3, "--sync-mode", "async", "--max-steps", 60, "--hang-timeout", 8,
-                                 "--eval", "false", expect_ok=False, env={"DRT_TEST_FAULT": "stop:0:5"}, timeout=60)
+                                 "--eval", "false", expect_ok=False, env={"DRT_TEST_FAULT": "stop:0:5"})
         if not re.search(r"PS 0 \(world rank 0\).*(is|that PS is) dead, stopped or stuck|"
+                         r"PS 0 \(world rank 0\) does not answer|"
                          r"a call into MPI has not returned, so a peer rank is probably dead or stopped", out):
             print(out)
             raise SystemExit("FAIL: async with PS 0 stopped: no worker reported it")
@@ -218,24 +219,26 @@ class Case:
             expect(out, "(40/40)", f"{mode}: training to the end after the resume")
 
     def stop(self):
-        total = 60
+        # The runs last until the signal stops them: in the relaxed modes a worker may run ahead of
+        # the one that raises the signal (async: without bound), so a short run could end first.
+        endless = ["--epochs", 1000]
         # (mode, PS, fault): ranks 0..PS-1 are the PS, the chief is rank PS.
         for mode, ps, fault in (("async", 1, "signal:2:10"), ("async", 2, "signal:1:10"), ("ssp:2", 1, "signal:0:10"),
                                 ("backup:1", 1, "signal:1:10")):
             work = self.fresh(f"stop-{mode.replace(':', '-')}-{ps}")
-            args = ["--sync-mode", mode, "--max-steps", total, "--checkpoint-dir", work, "--eval", "false",
-                    "--log-every", 10]
+            args = ["--sync-mode", mode, "--checkpoint-dir", work, "--eval", "false", "--log-every", 10, *endless]
             code, out = self.drtrain(4, *args, expect_ok=None, env={"DRT_TEST_FAULT": fault}, ps=ps)
             if code != 75 or '"stopped_by":"SIGTERM"' not in out:
                 print(out)
                 raise SystemExit(f"FAIL: {mode}, {fault}: exit status {code} (expected 75), or no stopped_by")
             if mode.startswith("backup"):
-                self.backup_stopped(out, work, mode, total)
+                self.backup_stopped(out, work, mode)
                 continue
-            steps = self.cut_stopped(out, work, mode, fault, ps, total)
+            steps = self.cut_stopped(out, work, mode, fault, ps)
             if fault != "signal:2:10":
                 continue  # resuming works alike after every stop: once is enough (CI time)
-            _, out = self.drtrain(4, *args, "--resume", ps=ps)
+            total = max(steps) + 20
+            _, out = self.drtrain(4, *args, "--max-steps", total, "--resume", ps=ps)
             expect(out, f"each worker continues at its own step ({', '.join(map(str, steps))})",
                    f"{mode}: the resume point")
             final = self.summary_line(out)
@@ -263,7 +266,7 @@ class Case:
             raise SystemExit(f"FAIL: {what}: {os.path.basename(path)} holds worker_steps {ws} and {gradients} "
                              f"gradients; expected {steps} and {sum(steps)}")
 
-    def cut_stopped(self, out, work, mode, fault, ps, total):
+    def cut_stopped(self, out, work, mode, fault, ps):
         # ssp/async stop at a cut: each worker leaves at its next step boundary after it sees the
         # request, wherever the others are; the final checkpoint records every worker's step.
         steps = [int(x) for x in self.summary_line(out)["worker_steps"].split(",")]
@@ -274,9 +277,6 @@ class Case:
                 print(out)
                 raise SystemExit(f"FAIL: {mode}, {fault}: worker {worker} stopped before step {steps[worker]}, "
                                  f"expected 11 (its next step boundary)")
-        if min(steps) >= total:
-            print(out)
-            raise SystemExit(f"FAIL: {mode}, {fault}: every worker trained all {total} steps: {steps}")
         expect(out, f"stopped by SIGTERM at a cut: the workers stopped before steps {','.join(map(str, steps))}",
                f"{mode}: the stop report")
         files = sorted(glob.glob(os.path.join(work, "ckpt-*.h5")))
@@ -285,13 +285,13 @@ class Case:
         self.check_cut(files[-1], steps, f"{mode}, {fault}")
         return steps
 
-    def backup_stopped(self, out, work, mode, total):
-        m = re.search(r"stopping after step (\d+) of 60: SIGTERM reached a rank", out)
+    def backup_stopped(self, out, work, mode):
+        m = re.search(r"stopping after step (\d+) of (\d+): SIGTERM reached a rank", out)
         if not m:
             print(out)
             raise SystemExit(f"FAIL: {mode}: no stop message")
         step = int(m.group(1))
-        if not 10 < step < total or not os.path.exists(os.path.join(work, f"ckpt-{step:08d}.h5")):
+        if not 10 < step < int(m.group(2)) or not os.path.exists(os.path.join(work, f"ckpt-{step:08d}.h5")):
             print(out)
             raise SystemExit(f"FAIL: {mode}: stopped after step {step} with {sorted(os.listdir(work))}")
 

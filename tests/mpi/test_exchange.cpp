@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -53,6 +54,7 @@ struct Case {
   bool same_grads = false;  // every worker pushes the same gradient (worker 0's)
   bool buckets = false;     // push/pull in uneven buckets, last bucket first
   bool early_pull = false;  // buckets: WorkerExchange::pull_during_push (what --overlap uses)
+  int early_wait_ms = 20;   // early_pull: each worker's pause after its first bucket
   optim::OptimizerConfig optimizer;
   int steps = 4;
   std::size_t chunk_bytes = 4096;  // many chunks even for small sizes
@@ -154,7 +156,7 @@ std::vector<float> run_exchange(const comm::Topology& topo, const Case& c) {
         // (The ordered push cannot meet in a barrier here: a later worker may still wait for this
         // one's block that reaches into bucket 1.)
         if (c.push != GradPush::kOrdered) DRT_MPI_CHECK(MPI_Barrier(topo.role_comm().get()));
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::this_thread::sleep_for(std::chrono::milliseconds(c.early_wait_ms));
       }
     }
     for (auto& h : pushes) h.wait();
@@ -460,14 +462,27 @@ TEST_F(Exchange, BucketsEqualWholeBuffer) {
     const bool same = topo_->is_ps() || whole == bucketed;
     ASSERT_TRUE(testing::all_ranks(same, c.name() + ": bucketed push/pull differs")) << c.name();
     c.early_pull = true;  // published blocks come back during the push (fence: nothing early)
-    const std::vector<float> early = run_exchange(*topo_, c);
-    const bool also = topo_->is_ps() || whole == early;
-    ASSERT_TRUE(testing::all_ranks(also, c.name() + ": a pull during the push differs")) << c.name();
-    // Passive, not ordered: every worker pushed bucket 2 and waited 20 ms before bucket 1, so
-    // the PS have published some of it by then and it comes back during the later pushes.
-    const bool came_early =
-        topo_->is_ps() || mode.sync != RmaSync::kPassive || mode.push == GradPush::kOrdered || g_last_early_chunks > 0;
-    ASSERT_TRUE(testing::all_ranks(came_early, c.name() + ": nothing came back during the pushes")) << c.name();
+    // Passive, not ordered: every worker pushed bucket 2 and paused before bucket 1, so the PS
+    // have published some of it by then and it comes back during the later pushes. How long the
+    // PS need to get there depends on the machine and its load: the pause doubles (20 ms to
+    // 1.3 s) until something came back, every run's result equal to the whole buffer's.
+    const bool expect_early = mode.sync == RmaSync::kPassive && mode.push != GradPush::kOrdered;
+    for (c.early_wait_ms = 20;; c.early_wait_ms *= 2) {
+      const std::vector<float> early = run_exchange(*topo_, c);
+      const bool also = topo_->is_ps() || whole == early;
+      ASSERT_TRUE(testing::all_ranks(also, c.name() + ": a pull during the push differs")) << c.name();
+      const bool came_early = topo_->is_ps() || !expect_early || g_last_early_chunks > 0;
+      if (c.early_wait_ms >= 1280) {
+        ASSERT_TRUE(testing::all_ranks(came_early, str(c.name(), ": nothing came back during the pushes, with ",
+                                                       c.early_wait_ms, " ms between the first bucket and the next")))
+            << c.name();
+      }
+      if (testing::all_ranks(came_early)) break;
+      if (topo_->world_rank() == 0)
+        std::printf("%s: nothing came back during the pushes with %d ms between the first bucket and the next; "
+                    "again with twice that\n",
+                    c.name().c_str(), c.early_wait_ms);
+    }
   }
 }
 

@@ -92,7 +92,9 @@ TEST(GatherBytes, NamesTheRankWhoseBytesNeverComeAndRecovers) {
     gather(world, &length, sizeof length, nullptr, 0, kTimeout, kMaxNapUs, "the test's bytes (their sizes)");
   } else {
     try {
-      gather_bytes(world, pattern(world.rank(), 5), 0, 0.5, kMaxNapUs, "the test's bytes", 2);
+      // 2 s without progress: the root waits that long for the silent rank, and the other ranks'
+      // bytes must have come by then (0.5 s left a loaded machine little room).
+      gather_bytes(world, pattern(world.rank(), 5), 0, 2.0, kMaxNapUs, "the test's bytes", 2);
     } catch (const HangError& e) {
       message = e.what();
     }

@@ -71,14 +71,46 @@ run_job gpu_worker_per_gpu --ntasks-per-node=3 --gres=none --cpus-per-task=1 \
   --export="$common,DEVICE=auto,CHECKPOINT_DIR=$work/ck/gpu_each" \
   -- "$root/jobs/slurm_gpu_worker_per_gpu.sbatch" "${short[@]}"
 
-# Requeue: once the first checkpoint is there, send the batch script the time-limit warning.
+# Requeue: the time-limit warning must reach the first run while it trains, whatever the
+# machine's speed. So the chief (world rank 1) stops itself (SIGSTOP, test-only fault hook) before
+# step 30, after the checkpoint of step 20, which holds the others in their exchange; the test
+# then sends the batch script the warning, waits until srun has passed it on (USR1 pending at
+# the stopped chief) and lets the chief go on. The requeued run resumes past step 30.
 requeue_out="$work/out/requeue.out"
+requeue_dir="$work/ck/requeue"
 id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$requeue_out" \
-  --export="$common,CHECKPOINT_DIR=$work/ck/requeue,CHECKPOINT_SECS=3600" \
+  --export="$common,CHECKPOINT_DIR=$requeue_dir,CHECKPOINT_SECS=3600,DRT_TEST_FAULT=stop:1:30" \
   "$root/jobs/slurm_requeue.sbatch" --max-steps 300 --checkpoint-every 20 --log-every 100 --eval false \
   --lr-schedule constant --warmup-steps 0 --dataset synthetic --model cnn)
-for _ in $(seq 1 300); do ls "$work/ck/requeue"/ckpt-*.h5 > /dev/null 2>&1 && break; sleep 0.2; done
+# ranks_of DIR: PIDs of the drtrain processes whose command line names DIR (this job's ranks).
+ranks_of() {
+  local p
+  for p in $(pgrep -x drtrain); do tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q -- " $1 " && echo "$p"; done
+}
+# stopped_chief: the PID of this job's rank that is stopped (state T), if any.
+stopped_chief() {
+  local p
+  for p in $(ranks_of "$requeue_dir"); do grep -q '^State:.*T (stopped)' "/proc/$p/status" 2>/dev/null && echo "$p"; done
+}
+# usr1_pending PID: SIGUSR1 (10: bit 9) is pending at PID.
+usr1_pending() { (( 0x$(awk '/^ShdPnd:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0) & 0x200 )); }
+chief=""
+for _ in $(seq 1 1200); do  # a hang guard (the job has to start and train 30 steps)
+  chief=$(stopped_chief)
+  [ -n "$chief" ] && break
+  [[ $(scontrol show job "$id" 2>/dev/null) == *JobState=RUNNING* || \
+     $(scontrol show job "$id" 2>/dev/null) == *JobState=PENDING* ]] || break
+  sleep 0.25
+done
+if [ -z "$chief" ]; then
+  fail "requeue: the chief never stopped at step 30 (DRT_TEST_FAULT=stop:1:30)"; tail -20 "$requeue_out"
+fi
 scancel --batch --signal=USR1 "$id"
+if [ -n "$chief" ]; then
+  for _ in $(seq 1 600); do usr1_pending "$chief" && break; sleep 0.1; done
+  usr1_pending "$chief" || fail "requeue: SIGUSR1 never reached the stopped chief within 60 s"
+  kill -CONT "$chief"  # in any case: the job must not stay stopped
+fi
 # Slurm holds a requeued job back for a couple of minutes (BeginTime); once it is pending again,
 # let it start sooner, but not at once: slurmd still holds the first run's revoked credential for
 # a moment and refuses a start right away ("Job credential revoked").

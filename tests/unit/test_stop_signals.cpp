@@ -21,25 +21,28 @@ namespace drt {
 namespace {
 
 // The shape of the CNN's first fully connected layer at a batch of 64, the GEMM the crash was
-// seen in. Returns false if any product differs from the first (the kernels are deterministic).
-bool gemms_agree(backend::Backend& cpu, double seconds, long* gemms) {
+// seen in; GEMMs until enough() (checked between them). Returns false if any product differs
+// from the first (the kernels are deterministic).
+template <typename Enough>
+bool gemms_agree(backend::Backend& cpu, const Enough& enough, long* gemms) {
   const int m = 64, n = 512, k = 3136;
   std::vector<float> a(static_cast<std::size_t>(m) * k), b(static_cast<std::size_t>(k) * n);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 17) * 0.01f - 0.08f;
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i % 13) * 0.02f - 0.12f;
   std::vector<float> first(static_cast<std::size_t>(m) * n), c(first.size());
   cpu.gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, first.data());
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (*gemms = 1; std::chrono::steady_clock::now() < end; ++*gemms) {
+  for (*gemms = 1; !enough(); ++*gemms) {
     cpu.gemm(false, false, m, n, k, 1.0f, a.data(), b.data(), 0.0f, c.data());
     if (c != first) return false;
   }
   return true;
 }
 
-// The child: SIGUSR1 sent to the process every 20 us while the main thread runs oneDNN GEMMs.
-// Exits 0 when every product was right and the signals were recorded, 1 otherwise; without the
-// receiver thread it dies of the heap corruption within a second or two.
+// The child: SIGUSR1 sent to the process every 20 us while the main thread runs oneDNN GEMMs, for
+// at least 1 s and until 100 signals were recorded (a loaded machine may give the storm thread
+// little time; 60 s is a hang guard). Exits 0 when every product was right and the signals were
+// recorded, 1 otherwise; without the receiver thread it dies of the heap corruption within a
+// second or two.
 [[noreturn]] void gemms_under_a_signal_storm() {
   prepare_stop_signals();
   install_stop_signals({SIGUSR1});
@@ -54,7 +57,12 @@ bool gemms_agree(backend::Backend& cpu, double seconds, long* gemms) {
     }
   });
   long gemms = 0;
-  const bool agree = gemms_agree(*cpu, 1.0, &gemms);
+  const auto start = std::chrono::steady_clock::now();
+  const auto enough = [&] {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return (elapsed >= 1.0 && stop_signals_counted() >= 100) || elapsed >= 60.0;
+  };
+  const bool agree = gemms_agree(*cpu, enough, &gemms);
   done.store(true);
   storm.join();
   const auto counted = stop_signals_counted();

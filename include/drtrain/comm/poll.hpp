@@ -35,8 +35,19 @@ class PollWaiter {
   int nap_us_ = 1;
 };
 
+// The hang survey: whichever rank gives up waiting first may be waiting on a healthy peer that
+// itself waits on one that cannot be reached (a worker whose push to the PS of a lost node never
+// completes; a collective whose messages cross a cut link). A survey, when set, looks for such
+// ranks and returns a clause naming them ("PS 1 (world rank 2 on node2) does not answer ..."), or
+// "" when it finds none; every wait that gives up (wait_request, gather_bytes, the exchange's
+// waits) puts it into its message. The PS exchange sets it for its lifetime (ps/passive_base.hpp:
+// the PS whose control words cannot be read within a few seconds). May take that long; MPI; call it
+// from the thread that calls MPI (at most one at a time: MPI_THREAD_SERIALIZED).
+void set_hang_survey(std::function<std::string()> survey);
+std::string hang_survey();
+
 // Waits for a nonblocking MPI request with MPI_Test and naps. On timeout throws HangError whose
-// message is "<rank>: waited N s for <what()>: ...".
+// message is "<rank>: waited N s for <what()>: ...", with the hang survey's findings.
 void wait_request(MPI_Request& request, double timeout_s, int max_nap_us, const std::function<std::string()>& what);
 
 // MPI_Ibarrier + wait_request: a barrier that does not spin.

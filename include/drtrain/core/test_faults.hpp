@@ -1,7 +1,8 @@
 // Test-only fault injection. DRT_TEST_FAULT names one fault, or several separated by commas; the
 // code that can fail asks whether it is one of those requested. Faults in use:
 //   checkpoint-write:<step>   PS 0 kills itself (SIGKILL) in the middle of that checkpoint
-//   checkpoint-slow:<step>    every PS's background write of that checkpoint first sleeps 6 s
+//   checkpoint-slow:<step>    every PS's background write of that checkpoint first waits until
+//                             training is 350 steps further (or the run ends)
 //   checkpoint-full:<step>    the last PS's background write of that checkpoint fails (disk full)
 //   stop:<world rank>:<step>  that rank stops itself (SIGSTOP) before that training step
 //   signal:<world rank>:<step> that rank sends itself SIGTERM (a stop signal) at that step

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -30,7 +31,10 @@ class SnapshotWriter {
   // `parts`. Not while a write is running.
   struct Faults {        // tests only (core/test_faults.hpp)
     double delay_s = 0;  // a slow file system: the thread first spends this long in small steps
-    bool fail = false;   // a full one: the write fails
+    // A file system slow for as long as hold() says so: the thread first waits in small steps
+    // while it returns true (called on the writer thread).
+    std::function<bool()> hold;
+    bool fail = false;  // a full one: the write fails
   };
   void start(io::CheckpointParts parts, const io::ShardView& live, Faults faults);
   bool running() const { return thread_.joinable(); }
