@@ -502,29 +502,31 @@ class WorkerLoop {
       out_.line(str("  step ms over workers: median ", fixed(s.median, 2), ", p90 ", fixed(s.p90, 2), ", max ",
                     fixed(s.max, 2), "; slowest ", topo_.worker_name(s.slowest), " (median ",
                     fixed(s.slowest_median, 2), ")"));
-    JsonLine record = JsonLine()
-                          .add("step", static_cast<std::int64_t>(step + 1))
-                          .add("epoch", batch.epoch + 1)
-                          .add("loss", loss)
-                          .add("accuracy", accuracy)
-                          .add("samples_per_s", rate)
-                          .add("lr", current_lr(step))
-                          .add_object("ms_per_step", JsonLine()
-                                                         .add("data", phases_.data * per_step)
-                                                         .add("compute", phases_.compute * per_step)
-                                                         .add("tower_combine", phases_.combine * per_step)
-                                                         .add("push", phases_.push * per_step)
-                                                         .add("ps_wait_apply", phases_.wait * per_step)
-                                                         .add("pull", phases_.pull * per_step)
-                                                         .add("exposed_exchange", phases_.exposed * per_step))
-                          .add_object("step_ms", JsonLine()
-                                                     .add("median", s.median)
-                                                     .add("p90", s.p90)
-                                                     .add("max", s.max)
-                                                     .add("slowest_worker", s.slowest)
-                                                     .add("slowest_median", s.slowest_median));
-    report_grad_norms(record);
-    out_.record(record);
+    const GradNorms norms = report_grad_norms();
+    out_.record(JsonLine()
+                    .add("step", static_cast<std::int64_t>(step + 1))
+                    .add("epoch", batch.epoch + 1)
+                    .add("loss", loss)
+                    .add("accuracy", accuracy)
+                    .add("samples_per_s", rate)
+                    .add("lr", current_lr(step))
+                    .add_object("ms_per_step", JsonLine()
+                                                   .add("data", phases_.data * per_step)
+                                                   .add("compute", phases_.compute * per_step)
+                                                   .add("tower_combine", phases_.combine * per_step)
+                                                   .add("push", phases_.push * per_step)
+                                                   .add("ps_wait_apply", phases_.wait * per_step)
+                                                   .add("pull", phases_.pull * per_step)
+                                                   .add("exposed_exchange", phases_.exposed * per_step))
+                    .add_object("step_ms", JsonLine()
+                                               .add("median", s.median)
+                                               .add("p90", s.p90)
+                                               .add("max", s.max)
+                                               .add("slowest_worker", s.slowest)
+                                               .add("slowest_median", s.slowest_median))
+                    .add_if(norms.reported, "grad_norm", norms.mean)
+                    .add_if(norms.reported, "clipped_steps", static_cast<double>(norms.clipped))
+                    .add_if(norms.reported, "norm_steps", static_cast<double>(norms.steps)));
     tally_ = {};
     phases_ = {};
     step_ms_.clear();
@@ -533,16 +535,22 @@ class WorkerLoop {
   }
 
   // --grad-clip, on the chief: the mean global gradient norm before clipping over the steps the PS
-  // applied since the last report, and how many were clipped (PS 0's running totals; one read).
-  void report_grad_norms(JsonLine& record) {
-    if (job_.optimizer.grad_clip <= 0.0 || !out_.active()) return;
+  // applied since the last report, and how many were clipped (PS 0's running totals; one read),
+  // printed and returned for the metrics record.
+  struct GradNorms {
+    bool reported = false;
+    double mean = 0.0;
+    std::int64_t steps = 0, clipped = 0;
+  };
+  GradNorms report_grad_norms() {
+    if (job_.optimizer.grad_clip <= 0.0 || !out_.active()) return {};
     const ps::GradNormTotals now = exchange_.grad_norm_totals();
-    const std::int64_t steps = now.steps - norms_reported_.steps, clipped = now.clipped - norms_reported_.clipped;
-    const double mean = steps > 0 ? (now.norm_sum - norms_reported_.norm_sum) / static_cast<double>(steps) : 0.0;
+    GradNorms n{true, 0.0, now.steps - norms_reported_.steps, now.clipped - norms_reported_.clipped};
+    if (n.steps > 0) n.mean = (now.norm_sum - norms_reported_.norm_sum) / static_cast<double>(n.steps);
     norms_reported_ = now;
-    out_.line(str("  gradient norm before clipping: mean ", fixed(mean, 4), " over ", steps, " steps, ", clipped,
+    out_.line(str("  gradient norm before clipping: mean ", fixed(n.mean, 4), " over ", n.steps, " steps, ", n.clipped,
                   " clipped to ", job_.optimizer.grad_clip));
-    record.add("grad_norm", mean).add("clipped_steps", clipped).add("norm_steps", steps);
+    return n;
   }
 
   // Step times over the interval: each worker's median, p90 and max, gathered by the chief.

@@ -19,6 +19,8 @@ class JsonLine {
   JsonLine& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
   // A nested object given as the text of another JsonLine.
   JsonLine& add_object(const std::string& key, const JsonLine& value);
+  // add(key, value) when `when` holds (fields only some runs have).
+  JsonLine& add_if(bool when, const std::string& key, double value) { return when ? add(key, value) : *this; }
   std::string str() const { return "{" + body_ + "}"; }
 
  private:
