@@ -14,7 +14,9 @@
 //     passive (accumulate), ordered (passive + --grad-push ordered), fence (accumulate),
 //     passive-det and fence-det (--deterministic: per-worker slots), passive-bf16
 //     (--wire bf16: half the bytes; the link floor stays the float32 one, so their ratio to it
-//     shows the saving)
+//     shows the saving); not by default: passive-clip, passive-det-clip, fence-clip (--grad-clip:
+//     each PS applies a step once all its blocks are in and the PS have shared the norm; a
+//     maximum never reached, so the result stays exact)
 // Each exchange is validated (exact result of one SGD step) before it is timed. A timing is the
 // slowest worker's time for one step, after a worker barrier; the table shows the median over
 // --iters steps. Ends with one JSON line.
@@ -52,6 +54,10 @@ struct Scheme {
   ps::RmaSync sync;
   ps::GradPush push;
   ps::Wire wire = ps::Wire::kFp32;
+  // --grad-clip of the PS' optimizer: a maximum no norm reaches, so that the step's result is
+  // still exact (coefficient 1) while the PS run the clipping protocol (every block in, the
+  // norm's shares gathered, then the applies).
+  double grad_clip = 0.0;
 };
 
 struct Options {
@@ -68,12 +74,16 @@ struct Options {
 
 const std::vector<Scheme>& all_schemes() {
   using ps::GradPush, ps::RmaSync;
-  static const std::vector<Scheme> schemes = {{"passive", RmaSync::kPassive, GradPush::kAccumulate},
-                                              {"ordered", RmaSync::kPassive, GradPush::kOrdered},
-                                              {"fence", RmaSync::kFence, GradPush::kAccumulate},
-                                              {"passive-det", RmaSync::kPassive, GradPush::kSlots},
-                                              {"fence-det", RmaSync::kFence, GradPush::kSlots},
-                                              {"passive-bf16", RmaSync::kPassive, GradPush::kSlots, ps::Wire::kBf16}};
+  static const std::vector<Scheme> schemes = {
+      {"passive", RmaSync::kPassive, GradPush::kAccumulate},
+      {"ordered", RmaSync::kPassive, GradPush::kOrdered},
+      {"fence", RmaSync::kFence, GradPush::kAccumulate},
+      {"passive-det", RmaSync::kPassive, GradPush::kSlots},
+      {"fence-det", RmaSync::kFence, GradPush::kSlots},
+      {"passive-bf16", RmaSync::kPassive, GradPush::kSlots, ps::Wire::kBf16},
+      {"passive-clip", RmaSync::kPassive, GradPush::kAccumulate, ps::Wire::kFp32, 1e30},
+      {"passive-det-clip", RmaSync::kPassive, GradPush::kSlots, ps::Wire::kFp32, 1e30},
+      {"fence-clip", RmaSync::kFence, GradPush::kAccumulate, ps::Wire::kFp32, 1e30}};
   return schemes;
 }
 
@@ -193,7 +203,9 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
   config.wire = scheme.wire;
   const ps::ShardPlan plan = ps::ShardPlan::balanced(floats, topo.num_ps());
   if (topo.is_ps()) {
-    ps::ParameterServer server(topo, plan, config, plain_sgd());
+    optim::OptimizerConfig sgd = plain_sgd();
+    sgd.grad_clip = scheme.grad_clip;
+    ps::ParameterServer server(topo, plan, config, sgd);
     server.start();
     const double cpu0 = process_cpu_seconds();
     const auto steps = static_cast<double>(server.serve());

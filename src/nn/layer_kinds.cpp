@@ -17,6 +17,8 @@ std::vector<KindSpec> make_table() {
   const std::vector<OptionSpec> pool{
       {"kernel", T::kCount, ""}, {"stride", T::kCount, "=kernel"}, {"pad", T::kCount, "0"}};
   const OptionSpec init_std{"init_std", T::kReal, "0.02"};
+  // Every kind with trainable tensors: overrides --decay-rule for them (docs/MODEL_FORMAT.md).
+  const OptionSpec decay{"decay", T::kBool, "-"};
   return {
       {"linear",
        1,
@@ -24,7 +26,8 @@ std::vector<KindSpec> make_table() {
         {"in", T::kCount, "-"},
         bias,
         {"init_std", T::kReal, "-"},
-        {"tie", T::kName, "-"}},
+        {"tie", T::kName, "-"},
+        decay},
        "y = x W^T + b over each sample's values (each position's features on a sequence)"},
       {"conv2d",
        1,
@@ -33,12 +36,13 @@ std::vector<KindSpec> make_table() {
         {"stride", T::kCount, "1"},
         {"pad", T::kCount, "0"},
         {"groups", T::kCount, "1"},
-        bias},
+        bias,
+        decay},
        "2-D convolution, square kernel"},
       {"maxpool2d", 1, pool, "max pooling"},
       {"avgpool2d", 1, pool, "average pooling (padding counts as zeros)"},
       {"global_avgpool", 1, {}, "mean over each channel's plane: N x C x 1 x 1"},
-      {"batchnorm", 1, {{"eps", T::kReal, "1e-5"}, {"momentum", T::kReal, "0.1"}}, "batch normalisation"},
+      {"batchnorm", 1, {{"eps", T::kReal, "1e-5"}, {"momentum", T::kReal, "0.1"}, decay}, "batch normalisation"},
       {"dropout", 1, {{"p", T::kReal, "0.5"}}, "inverted dropout"},
       {"relu", 1, {}, "max(x, 0)"},
       {"gelu", 1, {{"approximate", T::kWord, "none", {"none", "tanh"}}}, "x * Phi(x)"},
@@ -49,13 +53,13 @@ std::vector<KindSpec> make_table() {
       {"concat", Layer::kAnyInputs, {}, "concatenation along channels"},
       {"embedding",
        1,
-       {{"vocab", T::kCountOrClasses, "classes"}, {"dim", T::kCount, ""}, init_std},
+       {{"vocab", T::kCountOrClasses, "classes"}, {"dim", T::kCount, ""}, init_std, decay},
        "token ids -> rows of a [vocab, dim] table"},
       {"pos_embedding",
        1,
-       {{"context", T::kCount, "0"}, init_std},
+       {{"context", T::kCount, "0"}, init_std, decay},
        "adds rows 0..T-1 of a [context, dim] table to a sequence"},
-      {"layernorm", 1, {{"eps", T::kReal, "1e-5"}, bias}, "layer normalisation over the last axis"},
+      {"layernorm", 1, {{"eps", T::kReal, "1e-5"}, bias, decay}, "layer normalisation over the last axis"},
       {"attention",
        1,
        {{"heads", T::kCount, ""}, {"dropout", T::kReal, "0"}},

@@ -50,7 +50,13 @@ ModelSpec::ModelSpec(ModelGraph graph, TensorShape input, int classes)
       const auto layer = kinds::make_layer(node, in, classes_, at);
       w.output = layer->output_shape(in);
       check_output(w.output);
-      for (const ParamSpec& p : layer->params()) layout_.add(node.name + "." + p.name, p.shape, p.state);
+      // decay=true|false overrides the decay rule for every tensor of the node (docs/MODEL_FORMAT.md).
+      const auto decay = node.options.find("decay");
+      const Decay forced = decay == node.options.end() ? Decay::kByRule
+                           : decay->second == "true"   ? Decay::kOn
+                                                       : Decay::kOff;
+      for (const ParamSpec& p : layer->params())
+        layout_.add(node.name + "." + p.name, p.shape, p.state, p.matrix, forced);
       const auto tie = node.options.find("tie");
       if (tie != node.options.end()) {
         w.tied = node_index(graph_, tie->second);

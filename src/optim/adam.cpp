@@ -23,7 +23,7 @@ kernels::AdamCoefficients Adam::coefficients() const {
   c.one_minus_beta1 = static_cast<float>(1.0 - config_.beta1);
   c.one_minus_beta2 = static_cast<float>(1.0 - config_.beta2);
   c.eps = static_cast<float>(config_.eps);
-  const float wd = static_cast<float>(config_.weight_decay * fraction_);
+  const float wd = static_cast<float>(weight_decay());
   const bool decoupled = config_.kind == OptimizerKind::kAdamW;
   c.l2 = decoupled ? 0.0f : wd;
   c.shrink = decoupled ? 1.0f - static_cast<float>(lr_) * wd : 1.0f;

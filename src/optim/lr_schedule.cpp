@@ -23,9 +23,12 @@ void LrSchedule::validate() const {
     throw ConfigError(str("--lr-decay-steps must be >= 1 for --lr-schedule step (got ", decay_steps, ")"));
   if (kind == LrScheduleKind::kStep && !(decay_rate > 0.0 && decay_rate <= 1.0))
     throw ConfigError(str("--lr-decay-rate must be in (0, 1] (got ", decay_rate, ")"));
+  if (total_steps < 0)
+    throw ConfigError(str("--cosine-steps must be >= 0 (0: the run's total steps), got ", total_steps));
   if (kind == LrScheduleKind::kCosine && total_steps <= warmup_steps)
-    throw ConfigError(str("--lr-schedule cosine needs a total step count above --warmup-steps (", warmup_steps,
-                          "); got ", total_steps));
+    throw ConfigError(
+        str("--lr-schedule cosine needs a decay length above --warmup-steps (", warmup_steps, "); got ", total_steps,
+            " (--cosine-steps, or the run's total steps when it is 0): raise it or lower --warmup-steps"));
   if (!(min_lr >= 0.0)) throw ConfigError(str("--min-lr must be >= 0 (got ", min_lr, ")"));
 }
 
@@ -36,9 +39,12 @@ double LrSchedule::lr_at(double base_lr, std::int64_t step) const {
     case LrScheduleKind::kConstant: return base_lr;
     case LrScheduleKind::kStep: return base_lr * std::pow(decay_rate, std::floor(s / static_cast<double>(decay_steps)));
     case LrScheduleKind::kCosine: {
-      const double span = static_cast<double>(total_steps - warmup_steps);
-      const double progress = std::min(1.0, s / span);
-      return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+      // nanoGPT's get_lr, operation for operation: past the decay length, min_lr; else
+      // min_lr + coeff * (lr - min_lr) (tests/unit/test_optimizers.cpp compares every step).
+      if (step > total_steps) return min_lr;
+      const double decay_ratio = s / static_cast<double>(total_steps - warmup_steps);
+      const double coeff = 0.5 * (1.0 + std::cos(M_PI * decay_ratio));
+      return min_lr + coeff * (base_lr - min_lr);
     }
   }
   return base_lr;

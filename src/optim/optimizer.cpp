@@ -28,6 +28,8 @@ void OptimizerConfig::validate() const {
   if (!(eps > 0.0)) throw ConfigError(str("--eps must be positive (got ", eps, ")"));
   if (!(weight_decay >= 0.0) || !std::isfinite(weight_decay))
     throw ConfigError(str("--weight-decay must be >= 0 (got ", weight_decay, ")"));
+  if (!(grad_clip >= 0.0) || !std::isfinite(grad_clip))
+    throw ConfigError(str("--grad-clip must be >= 0 (the largest global gradient norm; 0: off), got ", grad_clip));
   schedule.validate();
 }
 
@@ -41,7 +43,9 @@ std::string OptimizerConfig::describe() const {
   if (kind == OptimizerKind::kSgd && momentum > 0.0) out += str(" momentum=", momentum, nesterov ? " (nesterov)" : "");
   if (kind != OptimizerKind::kSgd) out += str(" betas=(", beta1, ", ", beta2, ") eps=", eps);
   if (weight_decay > 0.0)
-    out += str(" weight_decay=", weight_decay, kind == OptimizerKind::kAdamW ? " (decoupled)" : " (L2)");
+    out += str(" weight_decay=", weight_decay, kind == OptimizerKind::kAdamW ? " (decoupled" : " (L2",
+               ", --decay-rule ", to_string(decay_rule), ")");
+  if (grad_clip > 0.0) out += str(" grad_clip=", grad_clip);
   return out + ", schedule " + schedule.describe();
 }
 

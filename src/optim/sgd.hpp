@@ -18,7 +18,8 @@ class Sgd final : public Optimizer {
   kernels::SgdCoefficients coefficients() const;
 
  private:
-  std::vector<kernels::SgdCoefficients> run_coefficients_;  // begin_run()'s, one per update
+  std::vector<kernels::SgdCoefficients> run_coefficients_;       // begin_run()'s, one per update
+  std::vector<kernels::SgdCoefficients> no_decay_coefficients_;  // update_run() under set_decay(false)
 };
 
 }  // namespace drt::optim

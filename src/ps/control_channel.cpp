@@ -47,6 +47,14 @@ void ControlChannel::write(int ps, const std::vector<MPI_Aint>& words, std::int6
   update(ps, updates);
 }
 
+void ControlChannel::write_run(int ps, MPI_Aint first, const std::vector<std::int64_t>& values) {
+  std::vector<Update> updates;
+  updates.reserve(values.size());
+  for (std::size_t k = 0; k < values.size(); ++k)
+    updates.push_back({first + static_cast<MPI_Aint>(8 * k), MPI_REPLACE, values[k]});
+  update(ps, updates);
+}
+
 void ControlChannel::read(int ps, MPI_Aint word, int count, std::int64_t* out) {
   comm::Watchdog::beat("reading a PS's control words", window_.target(ps));
   if (ignored_.size() < static_cast<std::size_t>(count)) ignored_.resize(static_cast<std::size_t>(count));

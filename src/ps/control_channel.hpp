@@ -31,6 +31,8 @@ class ControlChannel {
   void write(int ps, const std::vector<MPI_Aint>& words, std::int64_t value);
   void write(int ps, MPI_Aint word, std::int64_t value) { update(ps, {{word, MPI_REPLACE, value}}); }
   void add(int ps, MPI_Aint word, std::int64_t value) { update(ps, {{word, MPI_SUM, value}}); }
+  // Sets consecutive words of PS `ps`, from `first` on, to `values` (one flush).
+  void write_run(int ps, MPI_Aint first, const std::vector<std::int64_t>& values);
   // Reads `count` consecutive words starting at `word` of PS `ps` into `out`.
   void read(int ps, MPI_Aint word, int count, std::int64_t* out);
   // For diagnoses, never blocks for long: reads one word of each PS in `ps_list` (request-based,

@@ -91,6 +91,8 @@ class FenceWorker final : public WorkerProtocol, FenceBase {
 
   bool published(const std::vector<Chunk>& /*chunks*/, std::int64_t /*version*/) override { return true; }
 
+  void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) override { control_.read(ps, word, count, out); }
+
   void complete_pull() override {
     if (!reads_open_) return;
     fence(0);  // F3
@@ -159,6 +161,11 @@ class FenceServer final : public ServerProtocol, FenceBase {
     ready.push_back(0);
     return true;
   }
+
+  void write_words(MPI_Aint word, const std::vector<std::int64_t>& values) override {
+    control_.write_run(topo_.role_index(), word, values);
+  }
+  void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) override { control_.read(ps, word, count, out); }
 
   void publish(const std::vector<int>&, std::int64_t version) override {
     control_.write(topo_.role_index(), window_.layout(topo_.role_index()).version_word(0), version);

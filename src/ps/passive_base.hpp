@@ -77,6 +77,11 @@ class PassiveBase {
     return {w[0], w[1], w[2], w[3]};
   }
 
+  // PS: sets its own control words from `word` on to `values` (MPI_REPLACE, one flush).
+  void write_own_words(MPI_Aint word, const std::vector<std::int64_t>& values) {
+    control_.write_run(topo_.role_index(), word, values);
+  }
+
   // Orders this PS's loads and stores of window memory against the peers' RMA (unified model).
   void sync_local_memory() {
     for (int w = 0; w < window_.num_data_windows(); ++w) DRT_MPI_CHECK(MPI_Win_sync(window_.data(w)));

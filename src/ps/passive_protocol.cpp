@@ -162,6 +162,7 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
 
   void request_stop(int signal) override { request_stop_at_ps0(signal); }
   RelaxedWords relaxed_words() override { return read_relaxed_words(); }
+  void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) override { control_.read(ps, word, count, out); }
   bool can_pause_at_cut(std::int64_t pushes) override {
     if (config_.mode.kind != SyncKind::kSsp) return true;
     // A worker v in its push number q waits for this one iff q - S > pushes, i.e. once v has
@@ -481,12 +482,22 @@ class PassiveWorker final : public WorkerProtocol, PassiveBase {
     const std::string unreachable = unreachable_ps();
     if (!unreachable.empty()) return HangError(str(head, unreachable, " (raise --hang-timeout if it is only slow)"));
     const std::vector<std::string> missing = workers_where(ps, block, version - 1, -1);
-    return HangError(
-        str(head,
-            missing.empty()
-                ? str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck")
-                : str("it still lacks the gradients of ", join(missing, ", "), ", which is dead, stopped or stuck"),
-            " (raise --hang-timeout if it is only slow)"));
+    std::string culprit = str("every worker has pushed it, so ", topo_.ps_name(ps), " is dead, stopped or stuck");
+    if (!missing.empty())
+      culprit = str("it still lacks the gradients of ", join(missing, ", "), ", which is dead, stopped or stuck");
+    // --grad-clip: a PS that has offered its share of the step's norm waits for the other PS'.
+    std::vector<std::int64_t> norm_steps(static_cast<std::size_t>(window_.num_ps()));
+    for (int p = 0; p < window_.num_ps(); ++p)
+      control_.read(p, window_.layout(p).clip_word(ShardLayout::kNormStepWord), 1,
+                    &norm_steps[static_cast<std::size_t>(p)]);
+    std::vector<std::string> late;
+    for (int p = 0; p < window_.num_ps(); ++p)
+      if (norm_steps[static_cast<std::size_t>(p)] < version - 1) late.push_back(topo_.ps_name(p));
+    if (missing.empty() && norm_steps[static_cast<std::size_t>(ps)] == version - 1 && !late.empty())
+      culprit = str("every worker has pushed it and ", topo_.ps_name(ps),
+                    " waits for the shares of the step's gradient norm from ", join(late, ", "),
+                    " (--grad-clip), which ", late.size() == 1 ? "is" : "are", " dead, stopped or stuck");
+    return HangError(str(head, culprit, " (raise --hang-timeout if it is only slow)"));
   }
 
   std::vector<std::vector<std::int64_t>> versions_;  // newest known version of each block
@@ -549,6 +560,9 @@ class PassiveServer final : public ServerProtocol, PassiveBase {
       }
     }
   }
+
+  void write_words(MPI_Aint word, const std::vector<std::int64_t>& values) override { write_own_words(word, values); }
+  void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) override { control_.read(ps, word, count, out); }
 
   void publish(const std::vector<int>& blocks, std::int64_t version) override {
     sync_local_memory();

@@ -102,6 +102,9 @@ class WorkerProtocol {
     DRT_ASSERT(false, "only --sync-mode ssp/async have cuts");
   }
 
+  // Reads `count` consecutive control words of PS `ps` from `word` (atomically each, flushed).
+  virtual void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) = 0;
+
   // Seconds spent waiting for the PS (publication, a predecessor, the pull fence) since the
   // last call.
   double take_wait_seconds() {
@@ -126,6 +129,10 @@ class ServerProtocol {
   virtual bool await_blocks(std::int64_t pushes, const std::vector<bool>& applied, std::vector<int>& ready) = 0;
   // The parameters of `blocks` are now version `version`; let the workers read them.
   virtual void publish(const std::vector<int>& blocks, std::int64_t version) = 0;
+  // Sets this PS's control words from `word` on to `values` (MPI_REPLACE, flushed).
+  virtual void write_words(MPI_Aint word, const std::vector<std::int64_t>& values) = 0;
+  // Reads `count` consecutive control words of PS `ps` from `word` (atomically each, flushed).
+  virtual void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) = 0;
 };
 
 std::unique_ptr<WorkerProtocol> make_worker_protocol(const comm::Topology& topo, ShardWindow& window,

@@ -77,6 +77,10 @@ class RelaxedServer : PassiveBase {
   void publish_and_unlock(int block, std::int64_t version);
   // The PS has consumed push `push` of `worker` for the block: the worker may write its slot again.
   void take(int worker, int block, std::int64_t push);
+  // Sets this PS's control words from `word` on to `values` (MPI_REPLACE, flushed).
+  void write_words(MPI_Aint word, const std::vector<std::int64_t>& values) { write_own_words(word, values); }
+  // Reads `count` consecutive control words of PS `ps` from `word`.
+  void read_words(int ps, MPI_Aint word, int count, std::int64_t* out) { control_.read(ps, word, count, out); }
   // After every block of the shard was published: workers read them again.
   void publish_all(std::int64_t version);
 

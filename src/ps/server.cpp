@@ -1,6 +1,7 @@
 #include "drtrain/ps/server.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -87,6 +88,28 @@ ParameterServer::ParameterServer(const comm::Topology& topo, const ShardPlan& pl
       lookahead_(config.lookahead_active(optimizer.has_momentum_buffer(), topo.num_workers())),
       master_(lookahead_ ? shard_size_ : 0) {
   for (std::size_t w = 0; w < all_workers_.size(); ++w) all_workers_[w] = static_cast<int>(w);
+  if (optimizer.grad_clip > 0.0 && config.mode.per_gradient())
+    throw ConfigError(str("--grad-clip needs --sync-mode sync or backup:B, not ", to_string(config.mode),
+                          " (each gradient is applied on its own there: no step's norm to clip by)"));
+}
+
+void ParameterServer::set_state_ranges(std::vector<std::pair<std::size_t, std::size_t>> ranges) {
+  state_ranges_ = std::move(ranges);
+  merge_ranges();
+}
+
+void ParameterServer::set_no_decay_ranges(const std::vector<std::pair<std::size_t, std::size_t>>& ranges) {
+  no_decay_ranges_ = ranges;
+  merge_ranges();
+}
+
+void ParameterServer::merge_ranges() {
+  ranges_.clear();
+  for (const auto& [begin, end] : state_ranges_) ranges_.push_back({begin, end, true});
+  for (const auto& [begin, end] : no_decay_ranges_) ranges_.push_back({begin, end, false});
+  std::sort(ranges_.begin(), ranges_.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  for (std::size_t k = 1; k < ranges_.size(); ++k)
+    DRT_ASSERT(ranges_[k - 1].end <= ranges_[k].begin, "state and no-decay ranges overlap");
 }
 
 ParameterServer::~ParameterServer() = default;
@@ -138,8 +161,13 @@ std::int64_t ParameterServer::serve(const Hooks& hooks) {
   if (relaxed_) return serve_relaxed(hooks);
   const StepHook& after_step = hooks.after_step;
   const int blocks = layout().num_blocks();
+  const int workers = topo_.num_workers();
+  const bool clip = clipping();
   std::vector<bool> applied;
-  std::vector<int> ready;
+  std::vector<int> ready, all(static_cast<std::size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) all[static_cast<std::size_t>(b)] = b;
+  std::vector<double> square_norms(clip ? all.size() : 0);  // --grad-clip: each block's share
+  const double inverse_workers = 1.0 / static_cast<double>(workers);
   for (;;) {
     const std::int64_t pushes = stats_.steps + 1;
     applied.assign(static_cast<std::size_t>(blocks), false);
@@ -149,8 +177,34 @@ std::int64_t ParameterServer::serve(const Hooks& hooks) {
       const double t0 = now_seconds();
       if (!protocol_->await_blocks(pushes, applied, ready)) return stats_.steps;
       const double t1 = now_seconds();
+      float scale = 1.0f / static_cast<float>(workers);
+      if (clip) {
+        // --grad-clip: each block's share of the norm as it comes in; no block is applied before
+        // the norm of the whole step is known (docs/ARCHITECTURE.md, "Optimizers").
+        for (int b : ready) {
+          square_norms[static_cast<std::size_t>(b)] =
+              gradient_square_norm(b, all_workers_) * inverse_workers * inverse_workers;
+          applied[static_cast<std::size_t>(b)] = true;
+        }
+        remaining -= static_cast<int>(ready.size());
+        if (remaining > 0) {
+          const double t2 = now_seconds();
+          stats_.wait_s += t1 - t0;
+          stats_.apply_s += t2 - t1;
+          if (span_sink_) {
+            span_sink_("ps wait", t0, t1, global_step());
+            span_sink_("ps apply", t1, t2, global_step());
+          }
+          continue;
+        }
+        double mine = 0.0;  // in block order: the same double whatever order the blocks came in
+        for (double x : square_norms) mine += x;
+        scale = clipped_scale(clip_coefficient(mine), all_workers_.size());
+        ready = all;
+        remaining = blocks;
+      }
       for (int b : ready) {
-        apply_block(b);
+        apply_block(b, scale);
         applied[static_cast<std::size_t>(b)] = true;
       }
       remaining -= static_cast<int>(ready.size());
@@ -170,36 +224,114 @@ std::int64_t ParameterServer::serve(const Hooks& hooks) {
   }
 }
 
-void ParameterServer::apply_block(int block) {
+const float* ParameterServer::summed_gradient(std::size_t begin, std::size_t b, std::size_t n,
+                                              const std::vector<int>& workers) {
   const ShardLayout& geometry = layout();
-  const int workers = topo_.num_workers();
-  const float scale = 1.0f / static_cast<float>(workers);
-  const bool bf16 = config_.wire == Wire::kBf16;
-  const bool sum_slots = config_.per_worker_slots() && workers > 1;
+  if (config_.wire == Wire::kBf16) {  // the slots hold bf16 bits
+    sum_in_order(
+        slot_sum_.data(), n, workers, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
+        kernels::bf16_bits_to_float);
+    return slot_sum_.data();
+  }
+  if (config_.per_worker_slots() && workers.size() > 1) {
+    sum_in_order(
+        slot_sum_.data(), n, workers, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
+        [](float x) { return x; });
+    return slot_sum_.data();
+  }
+  // The sum (accumulate; ordered: worker 0's Put, the others' adds), or the one worker's slot.
+  return window_.local(geometry.grad(config_.per_worker_slots() ? workers.front() : 0, begin)) + b;
+}
+
+double ParameterServer::gradient_square_norm(int block, const std::vector<int>& workers) {
+  const ShardLayout& geometry = layout();
+  const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
+  double sum = 0.0;
+  comm::ProgressPacer pacer(kProgressEveryBytes);
+  for (std::size_t b = 0; b < size; b += kApplyBlock) {
+    const std::size_t n = std::min(kApplyBlock, size - b);
+    const float* grad = summed_gradient(begin, b, n, workers);
+    for_each_part(
+        begin + b, n,
+        [&](std::size_t lo, std::size_t hi, bool) {
+          for (std::size_t i = lo; i < hi; ++i) sum += static_cast<double>(grad[i]) * static_cast<double>(grad[i]);
+        },
+        [](std::size_t, std::size_t) {});  // state updates are no gradient
+    pacer.advance(n * sizeof(float));
+  }
+  return sum;
+}
+
+double ParameterServer::clip_coefficient(double square_norm) {
+  // This PS's step, where the others can read it: a PS that gives up waiting below names those
+  // whose share never came.
+  const std::int64_t step = stats_.steps + 1;
+  const auto write = [this](MPI_Aint word, const std::vector<std::int64_t>& values) {
+    if (relaxed_) relaxed_->write_words(word, values);
+    else protocol_->write_words(word, values);
+  };
+  write(layout().clip_word(ShardLayout::kNormStepWord), {step});
+  std::vector<double> shares(static_cast<std::size_t>(topo_.num_ps()));
+  MPI_Request request = MPI_REQUEST_NULL;
+  DRT_MPI_CHECK(
+      MPI_Iallgather(&square_norm, 1, MPI_DOUBLE, shares.data(), 1, MPI_DOUBLE, topo_.role_comm().get(), &request));
+  comm::PollWaiter waiter(config_.hang_timeout_s, config_.max_nap_us);
+  for (int done = 0;;) {
+    DRT_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) break;
+    if (waiter.pause()) continue;
+    std::vector<std::string> late;
+    for (int p = 0; p < topo_.num_ps(); ++p) {
+      std::int64_t theirs = 0;
+      const MPI_Aint word = window_.layout(p).clip_word(ShardLayout::kNormStepWord);
+      if (relaxed_) relaxed_->read_words(p, word, 1, &theirs);
+      else protocol_->read_words(p, word, 1, &theirs);
+      if (theirs < step) late.push_back(topo_.ps_name(p));
+    }
+    throw HangError(str(rank_tag(), ": ", topo_.my_name(), " waited ", static_cast<int>(waiter.waited_seconds()),
+                        " s for the shares of the gradient norm of step ", global_step(), " from ",
+                        late.empty() ? std::string("the other PS") : join(late, ", "),
+                        " (--grad-clip: the PS share the norm before applying a step); ",
+                        late.size() == 1 ? "it is" : "they are",
+                        " dead, stopped or stuck (raise --hang-timeout if only slow)"));
+  }
+  double total = 0.0;  // in PS order: every PS sums the same doubles in the same order
+  for (double share : shares) total += share;
+  const double norm = std::sqrt(total);
+  // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.
+  const double coefficient = std::min(1.0, optimizer_->config().grad_clip / (norm + 1e-6));
+  stats_.grad_norm_sum += norm;
+  stats_.grad_norm_last = norm;
+  ++stats_.grad_norm_steps;
+  if (coefficient < 1.0) ++stats_.clipped_steps;
+  if (topo_.role_index() == 0) {  // the chief reads them at its progress lines
+    std::int64_t norm_bits = 0;
+    std::memcpy(&norm_bits, &stats_.grad_norm_sum, sizeof norm_bits);
+    write(layout().clip_word(0), {norm_bits, stats_.grad_norm_steps, stats_.clipped_steps});
+  }
+  return coefficient;
+}
+
+float ParameterServer::clipped_scale(double coefficient, std::size_t count) {
+  if (coefficient < 1.0) return static_cast<float>(coefficient / static_cast<double>(count));
+  return 1.0f / static_cast<float>(count);
+}
+
+void ParameterServer::apply_block(int block, float grad_scale) {
+  const ShardLayout& geometry = layout();
+  const float state_scale = 1.0f / static_cast<float>(topo_.num_workers());
   // Only the accumulate push needs a zeroed sum; ordered starts each step with worker 0's Put.
   const bool zero_sum = config_.grad_push() == GradPush::kAccumulate;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* params = window_.local(geometry.params(begin));
-  // bf16 wire: the slots and the published copy hold bf16 bits.
-  std::uint16_t* published = bf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
+  // bf16 wire: the published copy holds bf16 bits.
+  std::uint16_t* published = config_.wire == Wire::kBf16 ? window_.local_bf16(geometry.wire_params(begin)) : nullptr;
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
-  const auto sum_in_worker_order = [this](float* sum, std::size_t n, auto slot, auto widen) {
-    sum_in_order(sum, n, all_workers_, slot, widen);
-  };
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
-    const float* grad = slot_sum_.data();
-    if (bf16)
-      sum_in_worker_order(
-          slot_sum_.data(), n, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
-          kernels::bf16_bits_to_float);
-    else if (sum_slots)
-      sum_in_worker_order(
-          slot_sum_.data(), n, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
-          [](float x) { return x; });
-    else grad = window_.local(geometry.grad(0, begin)) + b;  // the sum, or worker 0's Put (ordered, or one worker)
-    update(begin + b, n, params + b, grad, scale);
+    const float* grad = summed_gradient(begin, b, n, all_workers_);
+    update(begin + b, n, params + b, grad, grad_scale, state_scale);
     if (published) kernels::ref::float_to_bf16(params + b, published + b, n);
     if (zero_sum) std::memset(window_.local(geometry.grad(0, begin)) + b, 0, n * sizeof(float));
     pacer.advance(n * sizeof(float));
@@ -228,6 +360,10 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
   std::vector<bool> done(B, false);  // backup: block applied for the step being collected
   std::vector<int> chosen;
   std::vector<optim::StepPoint> points;  // ssp/async: the updates of the chosen gradients
+  // backup under --grad-clip: each block's chosen gradients and share of the norm, this step.
+  const bool clip = backup && clipping();
+  std::vector<std::vector<int>> step_chosen(clip ? B : 0);
+  std::vector<double> square_norms(clip ? B : 0);
   if (backup) optimizer_->begin_step(global_step(), updates());
   else optimizer_->set_step_fraction(1.0 / workers);  // W gradients applied make one step
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
@@ -266,6 +402,22 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
           chosen.push_back(w);
       }
       if ((backup && done[bi]) || chosen.size() < needed) continue;
+      if (clip) {
+        // --grad-clip: the block's gradients are chosen now (later ones are dropped, as without
+        // clipping), and its share of the norm taken; every block of the step is applied once
+        // all are chosen, on every PS (the norm is the whole step's).
+        relaxed_->acquire_pushes();
+        const double inverse = 1.0 / static_cast<double>(chosen.size());
+        square_norms[bi] = gradient_square_norm(b, chosen) * inverse * inverse;
+        step_chosen[bi] = chosen;
+        stats_.dropped_block_gradients += workers - static_cast<int>(chosen.size());
+        stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
+        done[bi] = true;
+        progressed = true;
+        if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }))
+          apply_step_clipped(step_chosen, square_norms, version);
+        continue;
+      }
       // With the look-ahead, ssp and async apply to the private master copy, which no worker
       // reads: only the publication writes what workers Get, so only it holds the block's lock,
       // and it runs once however many gradients were applied.
@@ -273,7 +425,7 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
       if (outside_lock) relaxed_->acquire_pushes();
       else relaxed_->lock(b);
       if (backup) {
-        apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()));
+        apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()), 1.0f / static_cast<float>(chosen.size()));
         version[bi] = stats_.steps + 2;
         stats_.dropped_block_gradients += workers - static_cast<int>(chosen.size());
         stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
@@ -397,29 +549,35 @@ Cut ParameterServer::final_cut() {
   return Cut{c.request, gradients_applied(), c.pos, static_cast<int>(relaxed_->stop_request())};
 }
 
-void ParameterServer::apply_slots(int block, const std::vector<int>& workers, float scale) {
+void ParameterServer::apply_slots(int block, const std::vector<int>& workers, float grad_scale, float state_scale) {
   const ShardLayout& geometry = layout();
-  const bool bf16 = config_.wire == Wire::kBf16;
   const std::size_t begin = geometry.block_begin(block), size = geometry.block_size(block);
   float* params = lookahead_ ? master_.data() + begin : window_.local(geometry.params(begin));
   const std::size_t progress_before = comm::progress_calls();
   comm::ProgressPacer pacer(kProgressEveryBytes);
   for (std::size_t b = 0; b < size; b += kApplyBlock) {
     const std::size_t n = std::min(kApplyBlock, size - b);
-    const float* grad = slot_sum_.data();
-    if (bf16)
-      sum_in_order(
-          slot_sum_.data(), n, workers, [&](int w) { return window_.local_bf16(geometry.grad(w, begin)) + b; },
-          kernels::bf16_bits_to_float);
-    else if (workers.size() > 1)
-      sum_in_order(
-          slot_sum_.data(), n, workers, [&](int w) { return window_.local(geometry.grad(w, begin)) + b; },
-          [](float x) { return x; });
-    else grad = window_.local(geometry.grad(workers.front(), begin)) + b;
-    update(begin + b, n, params + b, grad, scale);
+    const float* grad = summed_gradient(begin, b, n, workers);
+    update(begin + b, n, params + b, grad, grad_scale, state_scale);
     pacer.advance(n * sizeof(float));
   }
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
+}
+
+void ParameterServer::apply_step_clipped(const std::vector<std::vector<int>>& chosen,
+                                         const std::vector<double>& square_norms, std::vector<std::int64_t>& version) {
+  double mine = 0.0;  // in block order
+  for (double x : square_norms) mine += x;
+  const double coefficient = clip_coefficient(mine);
+  for (std::size_t bi = 0; bi < chosen.size(); ++bi) {
+    const int b = static_cast<int>(bi);
+    relaxed_->lock(b);
+    apply_slots(b, chosen[bi], clipped_scale(coefficient, chosen[bi].size()),
+                1.0f / static_cast<float>(chosen[bi].size()));
+    version[bi] = stats_.steps + 2;
+    publish_block(b);
+    relaxed_->publish_and_unlock(b, version[bi]);
+  }
 }
 
 void ParameterServer::apply_each(int block, const std::vector<int>& workers,
@@ -468,7 +626,7 @@ template <typename Optimize, typename State>
 void ParameterServer::for_each_part(std::size_t offset, std::size_t n, const Optimize& optimize,
                                     const State& state) const {
   std::size_t done = 0;  // elements [0, done) handled, relative to offset
-  if (!state_ranges_.empty()) {
+  if (!ranges_.empty()) {
     // The spans holding shard elements [offset, offset + n); in each, [a, b) relative to offset
     // are the global elements [g, g + b - a).
     auto s = std::partition_point(spans_.begin(), spans_.end(),
@@ -477,25 +635,31 @@ void ParameterServer::for_each_part(std::size_t offset, std::size_t n, const Opt
       const std::size_t a = std::max(s->local, offset) - offset,
                         b = std::min(s->local + s->size(), offset + n) - offset;
       const std::size_t g = s->begin + (offset + a - s->local);
-      for (const auto& [state_begin, state_end] : state_ranges_) {
-        if (state_end <= g) continue;
-        if (state_begin >= g + (b - a)) break;
-        const std::size_t lo = a + (std::max(state_begin, g) - g), hi = a + (std::min(state_end, g + (b - a)) - g);
-        if (lo > done) optimize(done, lo);
-        state(lo, hi);
+      for (const FlatRange& r : ranges_) {
+        if (r.end <= g) continue;
+        if (r.begin >= g + (b - a)) break;
+        const std::size_t lo = a + (std::max(r.begin, g) - g), hi = a + (std::min(r.end, g + (b - a)) - g);
+        if (lo > done) optimize(done, lo, true);
+        if (r.state) state(lo, hi);
+        else optimize(lo, hi, false);
         done = hi;
       }
     }
   }
-  if (done < n) optimize(done, n);
+  if (done < n) optimize(done, n, true);
 }
 
-void ParameterServer::update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale) {
+void ParameterServer::update(std::size_t offset, std::size_t n, float* params, const float* grad, float grad_scale,
+                             float state_scale) {
   for_each_part(
       offset, n,
-      [&](std::size_t lo, std::size_t hi) { optimizer_->update(offset + lo, hi - lo, params + lo, grad + lo, scale); },
+      [&](std::size_t lo, std::size_t hi, bool decay) {
+        optimizer_->set_decay(decay);
+        optimizer_->update(offset + lo, hi - lo, params + lo, grad + lo, grad_scale);
+        optimizer_->set_decay(true);
+      },
       [&](std::size_t lo, std::size_t hi) {  // the mean of the workers' state updates
-        for (std::size_t i = lo; i < hi; ++i) params[i] += grad[i] * scale;
+        for (std::size_t i = lo; i < hi; ++i) params[i] += grad[i] * state_scale;
       });
 }
 
@@ -504,9 +668,11 @@ void ParameterServer::update_run(std::size_t offset, std::size_t n, float* param
   run_part_.resize(count);
   for_each_part(
       offset, n,
-      [&](std::size_t lo, std::size_t hi) {
+      [&](std::size_t lo, std::size_t hi, bool decay) {
         for (std::size_t j = 0; j < count; ++j) run_part_[j] = grads[j] + lo;
+        optimizer_->set_decay(decay);
         optimizer_->update_run(offset + lo, hi - lo, params + lo, run_part_.data(), scale);
+        optimizer_->set_decay(true);
       },
       [&](std::size_t lo, std::size_t hi) {  // each worker's state update in turn
         for (std::size_t j = 0; j < count; ++j)
@@ -518,7 +684,7 @@ void ParameterServer::publish_lookahead(std::size_t offset, std::size_t n, float
   const float ahead = static_cast<float>(optimizer_->current_lr() * lookahead_updates());
   const float* master = master_.data() + offset;
   const float* momentum = optimizer_->slot(0).data() + offset;
-  // State elements (state_ranges_) keep a zero momentum (the optimizer never runs on them), so
+  // State elements (ranges_) keep a zero momentum (the optimizer never runs on them), so
   // they are published as they are.
   kernels::ref::subtract_scaled(master, ahead, momentum, published, n);
 }

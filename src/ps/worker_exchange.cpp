@@ -1,6 +1,8 @@
 #include "drtrain/ps/worker_exchange.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -245,6 +247,16 @@ std::int64_t WorkerExchange::max_lead() const { return protocol_->max_lead(); }
 void WorkerExchange::request_stop(int signal) { protocol_->request_stop(signal); }
 
 RelaxedWords WorkerExchange::relaxed_words() { return protocol_->relaxed_words(); }
+
+GradNormTotals WorkerExchange::grad_norm_totals() {
+  std::array<std::int64_t, ShardLayout::kClipTotals> words{};
+  protocol_->read_words(0, window_.layout(0).clip_word(0), ShardLayout::kClipTotals, words.data());
+  GradNormTotals t;
+  std::memcpy(&t.norm_sum, &words[0], sizeof t.norm_sum);
+  t.steps = words[1];
+  t.clipped = words[2];
+  return t;
+}
 
 void WorkerExchange::ack_cut(std::int64_t cut, std::int64_t position) {
   if (pushed_elements_ != 0) throw Error(str(rank_tag(), ": a cut in the middle of a push"));

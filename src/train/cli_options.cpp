@@ -111,6 +111,13 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
       ("eps", po::value<double>(&out.eps)->default_value(out.eps), "adam/adamw epsilon")
       ("weight-decay", po::value<double>(&out.weight_decay)->default_value(out.weight_decay),
        "L2 (sgd, adam) or decoupled (adamw) weight decay")
+      ("decay-rule", choice(out.decay_rule, to_string(out.decay_rule), parse_decay_rule),
+       "which tensors --weight-decay applies to: matrices (the weights of linear and conv layers; not biases, "
+       "norms, embeddings) | all; a model file node's decay=true|false overrides it for its tensors")
+      ("grad-clip", po::value<double>(&out.grad_clip)->default_value(out.grad_clip),
+       "clip each step's mean gradient to this global L2 norm (torch.nn.utils.clip_grad_norm_: scaled by "
+       "min(1, MAX / (norm + 1e-6))); 0: off. --sync-mode sync or backup:B; each PS then applies a step only "
+       "once all of its blocks are in")
       ("lr-schedule", choice(out.schedule.kind, optim::to_string(out.schedule.kind), optim::parse_lr_schedule),
        "constant | step | cosine")
       ("warmup-steps", po::value<std::int64_t>(&out.schedule.warmup_steps)->default_value(out.schedule.warmup_steps),
@@ -120,7 +127,10 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
       ("lr-decay-rate", po::value<double>(&out.schedule.decay_rate)->default_value(out.schedule.decay_rate),
        "step schedule: multiply the lr by this")
       ("min-lr", po::value<double>(&out.schedule.min_lr)->default_value(out.schedule.min_lr),
-       "cosine schedule: final learning rate");
+       "cosine schedule: final learning rate")
+      ("cosine-steps", po::value<std::int64_t>(&out.schedule.total_steps)->default_value(out.schedule.total_steps),
+       "cosine schedule: the step at which the lr reaches --min-lr, and stays there (nanoGPT's lr_decay_iters); "
+       "0: the run's total steps");
   // clang-format on
   return d;
 }

@@ -204,6 +204,13 @@ void TrainConfig::validate() const {
                           " extrapolates along SGD's momentum buffer; it needs --optimizer sgd with --momentum above 0 "
                           "(this run: ",
                           optimizer.describe(), ")"));
+  if (optimizer.grad_clip > 0.0 && exchange.mode.per_gradient())
+    throw ConfigError(str("--grad-clip ", optimizer.grad_clip,
+                          " needs --sync-mode sync or backup:B (this run: ", ps::to_string(exchange.mode),
+                          "): under ssp and async each worker's gradient is applied on its own as it arrives, so "
+                          "there is no step's mean gradient to take the norm of, and a norm per gradient would need "
+                          "every PS to agree on it before applying, the synchronisation those modes drop; "
+                          "use --grad-clip 0 or another --sync-mode"));
   optim::OptimizerConfig check = optimizer;
   if (check.schedule.total_steps == 0) check.schedule.total_steps = check.schedule.warmup_steps + 1;  // set per run
   check.validate();
@@ -238,9 +245,11 @@ std::string TrainConfig::to_ini() const {
     << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
     << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")
     << "\nbeta1 = " << optimizer.beta1 << "\nbeta2 = " << optimizer.beta2 << "\neps = " << optimizer.eps
-    << "\nweight-decay = " << optimizer.weight_decay << "\nlr-schedule = " << optim::to_string(optimizer.schedule.kind)
+    << "\nweight-decay = " << optimizer.weight_decay << "\ndecay-rule = " << to_string(optimizer.decay_rule)
+    << "\ngrad-clip = " << optimizer.grad_clip << "\nlr-schedule = " << optim::to_string(optimizer.schedule.kind)
     << "\nwarmup-steps = " << optimizer.schedule.warmup_steps << "\nlr-decay-steps = " << optimizer.schedule.decay_steps
-    << "\nlr-decay-rate = " << optimizer.schedule.decay_rate << "\nmin-lr = " << optimizer.schedule.min_lr << "\n";
+    << "\nlr-decay-rate = " << optimizer.schedule.decay_rate << "\nmin-lr = " << optimizer.schedule.min_lr
+    << "\ncosine-steps = " << optimizer.schedule.total_steps << "\n";
   return o.str();
 }
 

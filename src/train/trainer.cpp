@@ -190,6 +190,23 @@ std::shared_ptr<const io::DirectoryLock> check_outputs(const Job& job) {
   return lock;
 }
 
+// The setup line of --decay-rule (what decays in this model) and --grad-clip.
+std::string describe_decay_and_clipping(const Job& job) {
+  const ParamLayout& layout = job.spec.layout();
+  const optim::OptimizerConfig& o = job.optimizer;
+  std::size_t tensors = 0;
+  for (const TensorSpec& t : layout.tensors()) tensors += t.state ? 0 : 1;
+  std::string out =
+      str("weight decay ", o.weight_decay, " by --decay-rule ", to_string(o.decay_rule),
+          o.weight_decay > 0.0 ? ": " : " (off; it would apply to ", layout.decaying_elements(o.decay_rule), " of ",
+          layout.total() - layout.state_elements(), " parameters, ", layout.decaying_tensors(o.decay_rule), " of ",
+          tensors, " tensors", o.weight_decay > 0.0 ? " decay" : ")");
+  if (o.grad_clip > 0.0)
+    out += str("; gradients clipped to global norm ", o.grad_clip,
+               " (each PS applies a step once all its blocks are in and the PS have shared the norm)");
+  return out;
+}
+
 void print_setup(const Job& job, Reporter& out) {
   const TrainConfig& c = job.config;
   const int w = job.topo.num_workers();
@@ -213,6 +230,7 @@ void print_setup(const Job& job, Reporter& out) {
                " steps in all; BLAS threads per worker ", job.blas_threads));
   out.line(str("device ", job.devices.describe(), " (the chief's; --device ", c.device, ")"));
   out.line(str("optimizer ", job.optimizer.describe()));
+  out.line(describe_decay_and_clipping(job));
   out.line(str("exchange ", c.exchange.describe(job.topo.num_nodes())));
   if (c.exchange.mode.relaxed())
     out.line(str("sync-mode ", ps::to_string(c.exchange.mode),
@@ -260,6 +278,7 @@ namespace {
 RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   ps::ParameterServer server(job.topo, job.plan, job.config.exchange, job.optimizer, resume.step, resume.updates);
   server.set_state_ranges(job.spec.layout().state_ranges());
+  server.set_no_decay_ranges(job.spec.layout().no_decay_ranges(job.optimizer.decay_rule));
   load_into(resume, server);
   // ssp/async save at cuts (docs/ARCHITECTURE.md, "Cuts"), and resume from one with each worker
   // at its own step.

@@ -498,6 +498,7 @@ class WorkerLoop {
       out_.line(str("  step ms over workers: median ", fixed(s.median, 2), ", p90 ", fixed(s.p90, 2), ", max ",
                     fixed(s.max, 2), "; slowest ", topo_.worker_name(s.slowest), " (median ",
                     fixed(s.slowest_median, 2), ")"));
+    const GradNorms norms = report_grad_norms();
     out_.record(JsonLine()
                     .add("step", static_cast<std::int64_t>(step + 1))
                     .add("epoch", batch.epoch + 1)
@@ -521,12 +522,34 @@ class WorkerLoop {
                                                .add("p90", s.p90)
                                                .add("max", s.max)
                                                .add("slowest_worker", s.slowest)
-                                               .add("slowest_median", s.slowest_median)));
+                                               .add("slowest_median", s.slowest_median))
+                    .add_if(norms.reported, "grad_norm", norms.mean)
+                    .add_if(norms.reported, "clipped_steps", static_cast<double>(norms.clipped))
+                    .add_if(norms.reported, "norm_steps", static_cast<double>(norms.steps)));
     tally_ = {};
     phases_ = {};
     step_ms_.clear();
     interval_steps_ = 0;
     interval_start_ = now;
+  }
+
+  // --grad-clip, on the chief: the mean global gradient norm before clipping over the steps the PS
+  // applied since the last report, and how many were clipped (PS 0's running totals; one read),
+  // printed and returned for the metrics record.
+  struct GradNorms {
+    bool reported = false;
+    double mean = 0.0;
+    std::int64_t steps = 0, clipped = 0;
+  };
+  GradNorms report_grad_norms() {
+    if (job_.optimizer.grad_clip <= 0.0 || !out_.active()) return {};
+    const ps::GradNormTotals now = exchange_.grad_norm_totals();
+    GradNorms n{true, 0.0, now.steps - norms_reported_.steps, now.clipped - norms_reported_.clipped};
+    if (n.steps > 0) n.mean = (now.norm_sum - norms_reported_.norm_sum) / static_cast<double>(n.steps);
+    norms_reported_ = now;
+    out_.line(str("  gradient norm before clipping: mean ", fixed(n.mean, 4), " over ", n.steps, " steps, ", n.clipped,
+                  " clipped to ", job_.optimizer.grad_clip));
+    return n;
   }
 
   // Step times over the interval: each worker's median, p90 and max, gathered by the chief.
@@ -640,8 +663,9 @@ class WorkerLoop {
   std::vector<double> step_ms_;
   int interval_steps_ = 0;
   double interval_start_ = 0.0;
-  double run_start_ = 0.0;  // when training started (evaluation records: elapsed_s)
-  double eval_s_ = 0.0;     // seconds spent in evaluations so far (evaluation records: eval_s)
+  ps::GradNormTotals norms_reported_;  // --grad-clip: PS 0's totals at the last report
+  double run_start_ = 0.0;             // when training started (evaluation records: elapsed_s)
+  double eval_s_ = 0.0;                // seconds spent in evaluations so far (evaluation records: eval_s)
   double busy_s_ = 0.0;
   double data_wait_s_ = 0.0;  // waiting for the loader, over the whole run
   std::int64_t samples_trained_ = 0;

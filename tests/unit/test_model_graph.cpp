@@ -18,6 +18,7 @@
 
 #include "drtrain/backend/backend.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/strings.hpp"
 #include "drtrain/nn/model_graph.hpp"
 #include "drtrain/nn/model_spec.hpp"
 #include "drtrain/nn/network.hpp"
@@ -385,6 +386,105 @@ TEST(Presets, GptSizesSyntax) {
   // The round trip of the stored definition.
   const ModelGraph g = ModelGraph::load("gpt:2-2-8");
   EXPECT_EQ(ModelGraph::parse(g.to_text(), "again").to_text(), g.to_text());
+}
+
+// ---------------------------------------------------------------- the decay rule
+
+// The tensors of `spec` that weight decay applies to under `rule`, by name.
+std::vector<std::string> decaying(const ModelSpec& spec, DecayRule rule) {
+  std::vector<std::string> out;
+  for (const TensorSpec& t : spec.layout().tensors())
+    if (t.decays(rule)) out.push_back(t.name);
+  return out;
+}
+
+// --decay-rule matrices (the default): the weights of linear and conv layers decay; biases,
+// batch and layer norms, embeddings and state never do. `all`: every trainable tensor.
+TEST(DecayRule, MatricesAreTheWeightsOfLinearAndConvLayers) {
+  const ModelSpec mlp = ModelSpec::parse("mlp");
+  EXPECT_EQ(decaying(mlp, DecayRule::kMatrices), (std::vector<std::string>{"fc1.weight", "fc2.weight", "fc3.weight"}));
+  EXPECT_EQ(decaying(mlp, DecayRule::kAll).size(), 6u);
+  // The ranges the PS exempts: the biases, each its own range (weights lie between them).
+  const ParamLayout& l = mlp.layout();
+  const auto ranges = l.no_decay_ranges(DecayRule::kMatrices);
+  ASSERT_EQ(ranges.size(), 3u);
+  EXPECT_EQ(ranges[0], std::make_pair(l.find("fc1.bias")->offset, l.find("fc1.bias")->offset + 512));
+  EXPECT_EQ(ranges[2].second, l.total());
+  EXPECT_TRUE(l.no_decay_ranges(DecayRule::kAll).empty());
+  EXPECT_EQ(l.decaying_elements(DecayRule::kMatrices),
+            std::size_t{784} * 512 + std::size_t{512} * 256 + std::size_t{256} * 10);
+  EXPECT_EQ(l.decaying_elements(DecayRule::kAll), l.total());
+
+  const ModelSpec cnn = ModelSpec::parse("cnn");
+  EXPECT_EQ(decaying(cnn, DecayRule::kMatrices),
+            (std::vector<std::string>{"conv1.weight", "conv2.weight", "fc1.weight", "fc2.weight"}));
+
+  // ResNet-20: every convolution (none has a bias) and the classifier's weight; batch norm's
+  // scale and shift are trainable but exempt, its running statistics are state (never decayed,
+  // not even under `all`, and not among the no-decay ranges: the PS averages them instead).
+  const ModelSpec resnet = ModelSpec::parse("resnet20");
+  std::size_t convs = 0, norms = 0, state = 0;
+  for (const TensorSpec& t : resnet.layout().tensors()) {
+    const bool conv_or_fc = t.shape.size() >= 2;
+    EXPECT_EQ(t.decays(DecayRule::kMatrices), conv_or_fc) << t.name;
+    EXPECT_EQ(t.decays(DecayRule::kAll), !t.state) << t.name;
+    convs += conv_or_fc ? 1 : 0;
+    norms += !conv_or_fc && !t.state ? 1 : 0;
+    state += t.state ? 1 : 0;
+  }
+  EXPECT_EQ(convs, 19u + 2 + 1);  // 19 3x3 convolutions, 2 1x1 shortcuts, the linear layer
+  EXPECT_EQ(norms, 2 * 21u + 1);  // weight and bias of 21 batch norms, the linear bias
+  EXPECT_EQ(state, 2 * 21u);
+  for (const auto& [begin, end] : resnet.layout().no_decay_ranges(DecayRule::kMatrices))
+    for (const auto& [state_begin, state_end] : resnet.layout().state_ranges())
+      EXPECT_TRUE(end <= state_begin || state_end <= begin) << "a no-decay range overlaps state";
+}
+
+// A small GPT (gpt:2-2-32) on tokens: the four matrices of each block decay (c_attn, attn.c_proj,
+// c_fc, mlp.c_proj); the token and position embeddings, the layer norms and every bias do not;
+// the head is tied to the token embedding and has no weight of its own.
+TEST(DecayRule, GptDecaysTheBlocksMatricesOnly) {
+  const ModelSpec gpt = ModelSpec::parse("gpt:2-2-32", tokens(16), 64);
+  std::vector<std::string> want;
+  for (int i = 0; i < 2; ++i)
+    for (const char* m : {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"})
+      want.push_back(str("transformer.h.", i, ".", m, ".weight"));
+  EXPECT_EQ(decaying(gpt, DecayRule::kMatrices), want);
+  EXPECT_EQ(gpt.layout().decaying_elements(DecayRule::kMatrices), std::size_t{2} * 12 * 32 * 32);
+  EXPECT_FALSE(gpt.layout().find("transformer.wte.weight")->decays(DecayRule::kMatrices));
+  EXPECT_TRUE(gpt.layout().find("transformer.wte.weight")->decays(DecayRule::kAll));
+}
+
+// decay=true|false on a node overrides either rule for its tensors. nanoGPT decays every tensor
+// of rank >= 2, embeddings included: gpt2's file with decay=true on both embeddings gives exactly
+// that set (docs/MODEL_FORMAT.md).
+TEST(DecayRule, ANodesDecayOptionOverridesTheRule) {
+  std::string text = *ModelGraph::preset_text("gpt2");
+  for (const char* node : {"transformer.wte = ", "transformer.wpe = "}) {
+    const std::size_t at = text.find(node);
+    ASSERT_NE(at, std::string::npos) << node;
+    text.insert(text.find('\n', at), " decay=true");
+  }
+  const ModelSpec nano(ModelGraph::parse(text, "nanogpt.model", {{"L", "2"}, {"H", "2"}, {"D", "32"}, {"C", "16"}}),
+                       tokens(16), 64);
+  for (const TensorSpec& t : nano.layout().tensors())
+    EXPECT_EQ(t.decays(DecayRule::kMatrices), t.shape.size() >= 2) << t.name;
+
+  const ModelSpec spec(ModelGraph::parse("c = conv2d(input) out=2 kernel=3 decay=false\n"
+                                         "bn = batchnorm decay=true\n"
+                                         "f = flatten\n"
+                                         "fc = linear out=classes\n",
+                                         "override.model"),
+                       kFashionMnistInput, 10);
+  EXPECT_EQ(decaying(spec, DecayRule::kMatrices),
+            (std::vector<std::string>{"bn.weight", "bn.bias", "fc.weight"}));  // never the running statistics
+  EXPECT_EQ(decaying(spec, DecayRule::kAll),
+            (std::vector<std::string>{"bn.weight", "bn.bias", "fc.weight", "fc.bias"}));
+  // Only kinds with tensors take it, and only true or false.
+  std::string m = error_of([] { ModelGraph::parse("r = relu(input) decay=true\nfc = linear out=classes", "r.model"); });
+  EXPECT_NE(m.find("relu has no option 'decay'"), std::string::npos) << m;
+  m = error_of([] { ModelGraph::parse("fc = linear(input) out=classes decay=yes", "y.model"); });
+  EXPECT_NE(m.find("decay=yes must be true or false"), std::string::npos) << m;
 }
 
 // ---------------------------------------------------------------- presets

@@ -247,6 +247,102 @@ TEST(Optimizer, StepFractionScalesDecayAndAdamSteps) {
   }
 }
 
+// nanoGPT's get_lr, transcribed from its Python (karpathy/nanoGPT train.py; the warmup as
+// build-nanogpt's train_gpt2.py and llm.c write it, lr * (it + 1) / warmup_iters):
+//   if it < warmup_iters: return learning_rate * (it + 1) / warmup_iters
+//   if it > lr_decay_iters: return min_lr
+//   decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+//   coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))
+//   return min_lr + coeff * (learning_rate - min_lr)
+// Python's int / int is the correctly rounded quotient, as double / double of exact integers.
+double nanogpt_get_lr(std::int64_t it, double learning_rate, std::int64_t warmup_iters, std::int64_t lr_decay_iters,
+                      double min_lr) {
+  if (it < warmup_iters) return learning_rate * static_cast<double>(it + 1) / static_cast<double>(warmup_iters);
+  if (it > lr_decay_iters) return min_lr;
+  const double decay_ratio =
+      static_cast<double>(it - warmup_iters) / static_cast<double>(lr_decay_iters - warmup_iters);
+  const double coeff = 0.5 * (1.0 + std::cos(3.141592653589793 * decay_ratio));
+  return min_lr + coeff * (learning_rate - min_lr);
+}
+
+// --lr-schedule cosine --warmup-steps W --min-lr X [--cosine-steps D] is nanoGPT's schedule
+// bitwise, at every step: warmup, the cosine over D - W steps, and min_lr after step D, also when
+// D is shorter than the run (--cosine-steps) or the run's length (its default, 0).
+TEST(LrSchedule, CosineIsNanoGptsGetLrBitwise) {
+  struct Schedule {
+    double lr, min_lr;
+    std::int64_t warmup, decay_iters, run;
+  };
+  for (const Schedule& c :
+       {Schedule{6e-4, 6e-5, 2000, 600000, 610000}, Schedule{1e-3, 1e-4, 100, 5000, 5000},
+        Schedule{0.05, 0.0, 10, 73, 200}, Schedule{3e-4, 3e-5, 0, 1000, 1500}, Schedule{1.0, 0.1, 1, 2, 10}}) {
+    LrSchedule s;
+    s.kind = LrScheduleKind::kCosine;
+    s.warmup_steps = c.warmup;
+    s.total_steps = c.decay_iters;
+    s.min_lr = c.min_lr;
+    s.validate();
+    std::int64_t mismatches = 0;
+    for (std::int64_t it = 0; it < c.run; ++it) {
+      const double want = nanogpt_get_lr(it, c.lr, c.warmup, c.decay_iters, c.min_lr);
+      const double got = s.lr_at(c.lr, it);
+      if (got != want && ++mismatches <= 3)
+        ADD_FAILURE() << "step " << it << " of " << c.run << " (warmup " << c.warmup << ", decay to step "
+                      << c.decay_iters << "): " << got << " vs nanoGPT's " << want;
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(s.lr_at(c.lr, c.decay_iters), c.min_lr);
+    EXPECT_EQ(s.lr_at(c.lr, c.run - 1), c.run - 1 >= c.decay_iters ? c.min_lr : s.lr_at(c.lr, c.run - 1));
+  }
+  // A control: nanoGPT's train.py warms up by (it + 1) / (warmup_iters + 1) since December 2024,
+  // which drtrain does not (the test above would see it at every warmup step).
+  LrSchedule s;
+  s.kind = LrScheduleKind::kCosine;
+  s.warmup_steps = 100;
+  s.total_steps = 1000;
+  EXPECT_NE(s.lr_at(6e-4, 0), 6e-4 * 1 / 101);
+  // And the comparison is sharp: a decay length one step off (an off-by-one in the cosine's span)
+  // differs from nanoGPT's at nearly every step of the decay.
+  std::int64_t differ = 0;
+  for (std::int64_t it = 100; it <= 1000; ++it) differ += s.lr_at(6e-4, it) != nanogpt_get_lr(it, 6e-4, 100, 1001, 0.0);
+  EXPECT_GT(differ, 850);
+}
+
+// set_decay(false) (the PS's no-decay ranges, --decay-rule) is bitwise an optimizer without
+// weight decay, for one update and for a run of them, and set_decay(true) is the default.
+TEST(Optimizer, SetDecayFalseIsWeightDecayZero) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    OptimizerConfig with;
+    with.kind = kind;
+    with.weight_decay = 0.1;
+    OptimizerConfig without = with;
+    without.weight_decay = 0.0;
+    auto off = make_optimizer(with, kSize), zero = make_optimizer(without, kSize), on = make_optimizer(with, kSize),
+         plain = make_optimizer(with, kSize);
+    std::vector<float> a = random_floats(kSize, 9, 1.0f), b = a, c = a, d = a;
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<float> g = random_floats(kSize, 90 + static_cast<std::uint64_t>(step), 1.0f);
+      const float* const grads[] = {g.data(), g.data()};
+      const std::int64_t at = 2 * static_cast<std::int64_t>(step);
+      const std::vector<StepPoint> points{{at, at}, {at + 1, at + 1}};
+      off->begin_run(points);
+      off->set_decay(false);
+      off->update_run(0, kSize, a.data(), grads, 0.5f);
+      off->set_decay(true);
+      zero->begin_run(points);
+      zero->update_run(0, kSize, b.data(), grads, 0.5f);
+      on->set_decay(true);
+      on->begin_run(points);
+      on->update_run(0, kSize, c.data(), grads, 0.5f);
+      plain->begin_run(points);
+      plain->update_run(0, kSize, d.data(), grads, 0.5f);
+    }
+    EXPECT_EQ(a, b) << to_string(kind);
+    EXPECT_EQ(c, d) << to_string(kind);
+    EXPECT_NE(a, c) << to_string(kind);  // the decay mattered
+  }
+}
+
 TEST(Optimizer, SlotsAndValidation) {
   OptimizerConfig config;
   config.momentum = 0.0;

@@ -111,6 +111,44 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(message.find(bad), std::string::npos) << message;
 }
 
+// --decay-rule, --grad-clip and --cosine-steps: defaults, the round trip through --print-config,
+// and the errors (each names the flag and what to do).
+TEST(TrainConfig, DecayRuleGradClipAndCosineSteps) {
+  const TrainConfig d = *parse({});
+  EXPECT_EQ(d.optimizer.decay_rule, DecayRule::kMatrices);
+  EXPECT_EQ(d.optimizer.grad_clip, 0.0);
+  EXPECT_EQ(d.optimizer.schedule.total_steps, 0);  // the run's total steps
+  const TrainConfig c = *parse({"--optimizer", "adamw", "--weight-decay", "0.1", "--decay-rule", "all", "--grad-clip",
+                                "1.5", "--lr-schedule", "cosine", "--warmup-steps", "20", "--cosine-steps", "500",
+                                "--min-lr", "6e-5", "--sync-mode", "backup:1"});
+  EXPECT_EQ(c.optimizer.decay_rule, DecayRule::kAll);
+  EXPECT_EQ(c.optimizer.grad_clip, 1.5);
+  EXPECT_EQ(c.optimizer.schedule.total_steps, 500);
+  const TrainConfig back = *parse({"--config", write_file("drt_clip.ini", c.to_ini())});
+  EXPECT_EQ(back.to_ini(), c.to_ini());
+  EXPECT_EQ(back.optimizer.decay_rule, DecayRule::kAll);
+  EXPECT_EQ(back.optimizer.grad_clip, 1.5);
+  EXPECT_EQ(back.optimizer.schedule.total_steps, 500);
+  EXPECT_NE(c.to_ini().find("decay-rule = all\n"), std::string::npos);
+  EXPECT_NE(c.optimizer.describe().find("--decay-rule all"), std::string::npos);
+  EXPECT_NE(c.optimizer.describe().find("grad_clip=1.5"), std::string::npos);
+
+  EXPECT_NE(error_of({"--decay-rule", "matrix"}).find("unknown --decay-rule 'matrix'; choices: matrices, all"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--grad-clip", "-1"}).find("--grad-clip must be >= 0"), std::string::npos);
+  for (const char* mode : {"ssp:2", "async"}) {
+    const std::string m = error_of({"--grad-clip", "1", "--sync-mode", mode});
+    EXPECT_NE(m.find("--grad-clip 1 needs --sync-mode sync or backup:B"), std::string::npos) << m;
+    EXPECT_NE(m.find("applied on its own as it arrives"), std::string::npos) << m;
+  }
+  EXPECT_NO_THROW(parse({"--grad-clip", "1", "--sync-mode", "backup:0", "--wire", "bf16"}));
+  EXPECT_NO_THROW(parse({"--grad-clip", "1", "--rma-sync", "fence", "--deterministic"}));
+  const std::string m = error_of({"--lr-schedule", "cosine", "--warmup-steps", "50", "--cosine-steps", "50"});
+  EXPECT_NE(m.find("decay length above --warmup-steps (50)"), std::string::npos) << m;
+  EXPECT_NE(m.find("--cosine-steps"), std::string::npos) << m;
+  EXPECT_NE(error_of({"--cosine-steps", "-3"}).find("--cosine-steps must be >= 0"), std::string::npos);
+}
+
 // --sync-mode: the forms, their round trip through --print-config, and the combinations that
 // cannot work (each error says why); --straggler and --eval-every.
 TEST(TrainConfig, SyncModesAndStragglers) {

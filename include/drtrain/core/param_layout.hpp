@@ -3,7 +3,8 @@
 // layer, weight before bias); gradients use the same layout. Most tensors are trainable
 // parameters; "state" tensors (batch norm's running statistics) are not: their part of a
 // gradient carries the workers' updates of the state, which the PS averages instead of handing
-// to the optimizer (docs/ARCHITECTURE.md, "Batch norm").
+// to the optimizer (docs/ARCHITECTURE.md, "Batch norm"). Each trainable tensor also says whether
+// weight decay applies to it (docs/ARCHITECTURE.md, "Optimizers": the decay rule).
 #pragma once
 
 #include <cstddef>
@@ -23,20 +24,36 @@ struct ShardSpan {
   std::size_t size() const { return end - begin; }
 };
 
+// Which trainable tensors weight decay applies to (--decay-rule): kMatrices, those the layer kind
+// marks (the weights of linear and conv layers: no biases, norms, embeddings); kAll, every one.
+// A model file node's decay=true|false overrides either rule for that node's tensors.
+enum class DecayRule { kMatrices, kAll };
+DecayRule parse_decay_rule(const std::string& text);  // ConfigError naming --decay-rule
+std::string to_string(DecayRule rule);
+
+// A tensor's weight decay: by the rule (matrix: the layer kind's mark), or forced on or off.
+enum class Decay { kByRule, kOn, kOff };
+
 struct TensorSpec {
   std::string name;                 // unique, e.g. "fc1.weight"
   std::vector<std::int64_t> shape;  // row-major
   std::size_t offset = 0;           // first element in the flat buffer
   std::size_t numel = 0;
-  bool state = false;  // not trainable (see above)
+  bool state = false;            // not trainable (see above)
+  bool matrix = false;           // decays under DecayRule::kMatrices (a linear or conv weight)
+  Decay decay = Decay::kByRule;  // the model file's decay= (kByRule: not given)
 
   std::string shape_string() const;  // "512x784"
+  // Whether weight decay applies to this tensor under `rule` (never to a state tensor).
+  bool decays(DecayRule rule) const;
 };
 
 class ParamLayout {
  public:
   // Appends a tensor at the end of the flat space. Throws on a duplicate name or a bad shape.
-  const TensorSpec& add(const std::string& name, const std::vector<std::int64_t>& shape, bool state = false);
+  // `matrix` and `decay`: TensorSpec's (ignored for state tensors).
+  const TensorSpec& add(const std::string& name, const std::vector<std::int64_t>& shape, bool state = false,
+                        bool matrix = false, Decay decay = Decay::kByRule);
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   std::size_t total() const { return total_; }  // elements
@@ -45,6 +62,13 @@ class ParamLayout {
   // The state tensors' ranges [begin, end) in the flat space, in order, adjacent ones merged.
   const std::vector<std::pair<std::size_t, std::size_t>>& state_ranges() const { return state_ranges_; }
   std::size_t state_elements() const;
+  // The trainable tensors weight decay does not apply to under `rule` (TensorSpec::decays), as
+  // ranges [begin, end) of the flat space in order, adjacent ones merged; state ranges are not
+  // among them (the PS never runs the optimizer there). Empty when every trainable tensor decays.
+  std::vector<std::pair<std::size_t, std::size_t>> no_decay_ranges(DecayRule rule) const;
+  // Elements and tensors that decay under `rule`.
+  std::size_t decaying_elements(DecayRule rule) const;
+  std::size_t decaying_tensors(DecayRule rule) const;
 
   // Names, shapes and offsets as text; identical layouts give identical text.
   std::string to_text() const;

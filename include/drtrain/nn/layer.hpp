@@ -46,6 +46,9 @@ struct ParamSpec {
   Init init = Init::kZeros;
   bool state = false;
   double init_std = 0.0;  // kNormal
+  // Weight decay applies under --decay-rule matrices (the default): set by the layer kinds on the
+  // weights of linear and conv layers; never on biases, norms, embeddings or state.
+  bool matrix = false;
   std::size_t numel() const;
 };
 

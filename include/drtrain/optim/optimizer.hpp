@@ -1,5 +1,6 @@
 // Optimizers applied by a PS to its shard of the flat parameter space. Formulas follow
-// torch.optim (documented in docs/ARCHITECTURE.md); g is the mean gradient, wd the weight decay:
+// torch.optim (documented in docs/ARCHITECTURE.md); g is the mean gradient (clipped by the PS
+// under --grad-clip), wd the weight decay (0 on the tensors --decay-rule exempts):
 //   sgd:       g += wd * p;  [momentum m > 0: b = m * b + g;  g = nesterov ? g + m * b : b]
 //              p -= lr * g
 //   adam:      g += wd * p  (L2);  then the Adam update with bias correction
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "drtrain/core/aligned_buffer.hpp"
+#include "drtrain/core/param_layout.hpp"
 #include "drtrain/optim/lr_schedule.hpp"
 
 namespace drt::optim {
@@ -32,6 +34,12 @@ struct OptimizerConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  // Which tensors weight decay applies to (core/param_layout.hpp; the PS gets the others' ranges,
+  // ParameterServer::set_no_decay_ranges): matrices (linear and conv weights) or all.
+  DecayRule decay_rule = DecayRule::kMatrices;
+  // --grad-clip: the mean gradient of each step scaled by min(1, grad_clip / (norm + 1e-6)), norm
+  // its global L2 norm over every trainable tensor (torch.nn.utils.clip_grad_norm_); 0: off.
+  double grad_clip = 0.0;
   LrSchedule schedule;
 
   void validate() const;  // ConfigError naming the flag
@@ -77,6 +85,11 @@ class Optimizer {
   // a step, so that W of them move the parameters as far as one synchronous step would (they
   // count each application as an update for Adam's bias correction: its averages see each).
   void set_step_fraction(double fraction) { fraction_ = fraction; }
+  // Whether the update() and update_run() calls from now on apply the weight decay (default
+  // true): the PS turns it off on the ranges --decay-rule exempts, for the L2 decay of sgd and
+  // adam and the decoupled one of adamw alike.
+  void set_decay(bool decay) { decay_ = decay; }
+  bool decay() const { return decay_; }
   const OptimizerConfig& config() const { return config_; }
   double current_lr() const { return lr_; }
   std::int64_t current_step() const { return step_; }
@@ -96,7 +109,10 @@ class Optimizer {
   std::int64_t step_ = -1;
   std::int64_t updates_ = -1;  // updates applied before the current step
   double lr_ = 0.0;
-  double fraction_ = 1.0;       // set_step_fraction()
+  double fraction_ = 1.0;  // set_step_fraction()
+  bool decay_ = true;      // set_decay()
+  // This update's weight decay: the configured one times the step fraction, 0 where set_decay(false).
+  double weight_decay() const { return decay_ ? config_.weight_decay * fraction_ : 0.0; }
   std::vector<StepPoint> run_;  // begin_run()
 };
 

@@ -37,6 +37,13 @@ struct ServerStats {
   std::int64_t staleness_max = 0;            // ssp/async: updates of a block between a worker's pull and
   double staleness_sum = 0.0;                //   the apply of the gradient it computed from it
   std::int64_t staleness_count = 0;
+  // --grad-clip (sync, backup): the global norms of the steps' mean gradients before clipping
+  // (the same on every PS), summed, the last one, the steps they were taken for, and those
+  // clipped (norm + 1e-6 above the maximum).
+  double grad_norm_sum = 0.0;
+  double grad_norm_last = 0.0;
+  std::int64_t grad_norm_steps = 0;
+  std::int64_t clipped_steps = 0;
 };
 
 // A cut (--sync-mode ssp/async; docs/ARCHITECTURE.md, "Cuts"): every worker stopped at a step
@@ -99,7 +106,11 @@ class ParameterServer {
   // Ranges [begin, end) of the flat space (global offsets) that hold state, not parameters
   // (ParamLayout::state_ranges): there the mean of the pushed values is added to the values
   // (workers push their state updates), and the optimizer is not applied. Set before serve().
-  void set_state_ranges(std::vector<std::pair<std::size_t, std::size_t>> ranges) { state_ranges_ = std::move(ranges); }
+  void set_state_ranges(std::vector<std::pair<std::size_t, std::size_t>> ranges);
+  // Ranges [begin, end) of the flat space (global offsets) of trainable tensors that weight decay
+  // does not apply to (ParamLayout::no_decay_ranges under --decay-rule): the optimizer runs there
+  // with weight decay 0 (sgd's and adam's L2, adamw's decoupled decay alike). Set before serve().
+  void set_no_decay_ranges(const std::vector<std::pair<std::size_t, std::size_t>>& ranges);
 
   // The spans of the flat space this PS holds (ShardPlan::spans), back to back in its buffers.
   const std::vector<ShardSpan>& spans() const { return spans_; }
@@ -125,15 +136,38 @@ class ParameterServer {
 
  private:
   const ShardLayout& layout() const;
-  void apply_block(int block);
+  // Applies the optimizer to block `block` with the summed gradient times `grad_scale` (1/W, or
+  // less under --grad-clip) and publishes it under --wire bf16.
+  void apply_block(int block, float grad_scale);
+  // The gradient summed over `workers` for shard elements [begin + b, begin + b + n) of a block
+  // starting at `begin`: the sum itself, one worker's slot, or the slots summed in that order
+  // into slot_sum_ (widened from bf16 under --wire bf16).
+  const float* summed_gradient(std::size_t begin, std::size_t b, std::size_t n, const std::vector<int>& workers);
+  // --grad-clip: the sum of squares of block `block`'s gradient summed over `workers`, in float64,
+  // over the trainable elements (not state), in element order.
+  double gradient_square_norm(int block, const std::vector<int>& workers);
+  // --grad-clip, once every block of the step is in, given this PS's share of the squared norm of
+  // the step's mean gradient: all-gathers the shares of every PS (summed in PS order, so every
+  // PS gets the same double), records the norm (ServerStats; PS 0 also in its control words) and
+  // returns the clip coefficient, min(1, max / (norm + 1e-6)) (torch.nn.utils.clip_grad_norm_).
+  double clip_coefficient(double square_norm);
+  // The optimizer's gradient scale for the mean of `count` workers' gradients clipped by
+  // `coefficient`: 1/count exactly when nothing is clipped.
+  static float clipped_scale(double coefficient, std::size_t count);
+  bool clipping() const { return optimizer_->config().grad_clip > 0.0; }
   std::int64_t serve_relaxed(const Hooks& hooks);
   // ssp/async: moves the cut protocol on (serve_relaxed, after each poll and apply).
   void advance_cuts(const std::vector<std::int64_t>& words, const std::vector<std::int64_t>& consumed,
                     const Hooks& hooks);
   std::int64_t gradients_applied() const { return gradient_base_ + applied_min_; }
   // backup:B: the optimizer on block `block` with the slots of `workers` summed in that order,
-  // times `scale` (publish_block() then writes what workers read).
-  void apply_slots(int block, const std::vector<int>& workers, float scale);
+  // times `grad_scale` (state: `state_scale`; publish_block() then writes what workers read).
+  void apply_slots(int block, const std::vector<int>& workers, float grad_scale, float state_scale);
+  // backup:B under --grad-clip, once every block's gradients are chosen (chosen[b]) and its share
+  // of the squared norm taken: each block applied with the clip coefficient under its lock and
+  // published as version[b] = the step's.
+  void apply_step_clipped(const std::vector<std::vector<int>>& chosen, const std::vector<double>& square_norms,
+                          std::vector<std::int64_t>& version);
   // ssp/async: the pushes of `workers` applied to block `block` one after the other, that of
   // workers[j] as the optimizer's update points[j], each times `scale`, in one pass over the
   // block (Optimizer::update_run); bitwise the same as one apply_slots() per worker.
@@ -141,15 +175,20 @@ class ParameterServer {
   // Relaxed modes, under the block's lock: the published copies of block `block`, the look-ahead
   // of the master and the bf16 rounding under --wire bf16 (nothing without either).
   void publish_block(int block);
-  // Splits shard elements [offset, offset + n) into the optimizer's and the state's
-  // (state_ranges_): optimize(lo, hi) or state(lo, hi) for each part, [lo, hi) relative to offset.
+  // Splits shard elements [offset, offset + n) into the optimizer's and the state's (ranges_):
+  // optimize(lo, hi, decay) or state(lo, hi) for each part, [lo, hi) relative to offset, decay
+  // false on the no-decay ranges.
   template <typename Optimize, typename State>
   void for_each_part(std::size_t offset, std::size_t n, const Optimize& optimize, const State& state) const;
-  // The optimizer over shard elements [offset, offset + n), or the state rule where they are state.
-  void update(std::size_t offset, std::size_t n, float* params, const float* grad, float scale);
-  // The same for a run of gradients grads[0 .. count) (Optimizer::update_run).
+  // The optimizer over shard elements [offset, offset + n) with the gradient times grad_scale
+  // (weight decay off on the no-decay ranges), or the state rule (the mean of the workers' state
+  // updates, times state_scale) where they are state.
+  void update(std::size_t offset, std::size_t n, float* params, const float* grad, float grad_scale, float state_scale);
+  // The same for a run of gradients grads[0 .. count) (Optimizer::update_run), one scale.
   void update_run(std::size_t offset, std::size_t n, float* params, const float* const* grads, std::size_t count,
                   float scale);
+  // Merges state_ranges_ and no_decay_ranges_ into ranges_.
+  void merge_ranges();
   // --lookahead: published[i] = master[i] - lr * k * momentum[i] for shard elements
   // [offset, offset + n); `published` points at element offset of the window's copy.
   void publish_lookahead(std::size_t offset, std::size_t n, float* published);
@@ -181,7 +220,14 @@ class ParameterServer {
   std::int64_t applied_min_ = 0;
   std::int64_t cut_requested_ = 0, cut_handled_ = 0;
   bool checkpoint_wanted_ = false;
-  std::vector<std::pair<std::size_t, std::size_t>> state_ranges_;
+  std::vector<std::pair<std::size_t, std::size_t>> state_ranges_, no_decay_ranges_;
+  // Both kinds of ranges, in order (they never overlap: state tensors are never in the no-decay
+  // ranges).
+  struct FlatRange {
+    std::size_t begin, end;
+    bool state;
+  };
+  std::vector<FlatRange> ranges_;
 };
 
 // Memory a PS with `shard_size` elements needs: params + gradient region + optimizer slots,

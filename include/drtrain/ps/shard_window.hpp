@@ -18,7 +18,9 @@
 //   control window (both):      version[B] | arrivals[B] | departed | stop_request | stop_at
 //                               | cut_request | cut_release | cut_ack[W] | cut_pos[W]
 //                               | pushed[W][B] | base[W][B] | taken[W][B] | readers[B]
-//                               | writing[B]   (int64; from stop_request, the relaxed modes')
+//                               | writing[B] | norm_sum | norm_steps | clipped_steps | norm_step
+//                               (int64; from stop_request, the relaxed modes'; the last four,
+//                               --grad-clip's)
 // version[b]: the newest published version of block b (the PS writes it, MPI_REPLACE).
 // arrivals[b]: how many pushes of block b have completed, summed over workers and steps
 //   (each worker adds 1 with MPI_Accumulate(MPI_SUM) after flushing its gradient): all W pushes
@@ -41,6 +43,12 @@
 //   (docs/ARCHITECTURE.md, "Relaxed synchronisation"): the version of block b worker w computed
 //   its last push from, the last push of worker w the PS has consumed, and block b's
 //   reader/writer lock (workers reading it; 1 while the PS writes it).
+// norm_sum, norm_steps, clipped_steps: --grad-clip, PS 0's only: the global norms of the steps'
+//   mean gradients before clipping, summed (a double's bits, MPI_REPLACE), the steps they were
+//   taken for, and those clipped; PS 0 writes them before it publishes the step's blocks, and the
+//   chief reads them at its progress lines. norm_step: --grad-clip, every PS's: the steps (of this
+//   run) whose share of the gradient norm the PS has taken and offered to the other PS; read
+//   only to name the PS that holds the others up when a wait times out.
 // All displacements are MPI_Aint (64-bit): B and W are ints, but W*B*8 bytes need not fit one.
 // Why stripes and a separate control window: Open MPI's osc/sm runs every accumulate-family
 // operation to one target of one window under one spin lock. W workers accumulating into one
@@ -109,15 +117,22 @@ class ShardLayout {
   MPI_Aint taken_word(int worker, int block) const { return per_worker_word(2, worker, block); }
   MPI_Aint readers_word(int block) const { return per_worker_word(3, 0, block); }
   MPI_Aint writing_word(int block) const { return per_worker_word(3, 0, num_blocks_ + block); }
-  std::size_t control_words() const {
-    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + kSingleWords +
-           2 * static_cast<std::size_t>(num_workers_);
-  }
+  // --grad-clip's words, k = 0 (norm_sum), 1 (norm_steps), 2 (clipped_steps), 3 (norm_step):
+  // after the tables.
+  MPI_Aint clip_word(int k) const { return word(static_cast<MPI_Aint>(words_before_clip()) + k); }
+  static constexpr int kClipTotals = 3;  // the first three
+  static constexpr int kNormStepWord = 3;
+  static constexpr int kClipWords = 4;
+  std::size_t control_words() const { return words_before_clip() + kClipWords; }
 
  private:
   // departed, stop_request, stop_at, cut_request, cut_release
   static constexpr std::size_t kSingleWords = 5;
   static MPI_Aint word(MPI_Aint index) { return 8 * index; }
+  std::size_t words_before_clip() const {
+    return static_cast<std::size_t>(num_blocks_) * (4 + 3 * static_cast<std::size_t>(num_workers_)) + kSingleWords +
+           2 * static_cast<std::size_t>(num_workers_);
+  }
   // Word (worker, block) of the table-th W x B table after cut_pos (0: pushed, 1: base, 2: taken;
   // 3: readers[B] then writing[B], as worker 0).
   MPI_Aint per_worker_word(int table, int worker, int block) const {

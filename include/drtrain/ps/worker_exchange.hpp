@@ -38,6 +38,13 @@ struct RelaxedWords {
   std::int64_t stop_request = 0, stop_at = 0, cut_request = 0, cut_release = 0;
 };
 
+// --grad-clip: PS 0's totals over the run so far (docs/ARCHITECTURE.md, "Optimizers").
+struct GradNormTotals {
+  double norm_sum = 0.0;     // the global norms of the steps' mean gradients before clipping, summed
+  std::int64_t steps = 0;    // the steps they were taken for
+  std::int64_t clipped = 0;  // steps whose gradient was scaled down (norm above --grad-clip)
+};
+
 // Seconds spent, summed since the last take_times().
 struct ExchangeTimes {
   double push_s = 0.0;  // issuing and completing pushes, signalling the PS
@@ -122,6 +129,10 @@ class WorkerExchange {
   // control-word access to PS 0 each.
   void request_stop(int signal);
   RelaxedWords relaxed_words();
+  // --grad-clip: PS 0's totals (one read of three control words; zeros without clipping). PS 0
+  // writes them before it publishes a step, so after a pull under --sync-mode sync they count
+  // exactly the steps pulled.
+  GradNormTotals grad_norm_totals();
   // --sync-mode ssp/async at a step boundary (every push complete and announced): tells PS 0
   // that this worker stopped at cut `cut` before step `position` of this run (two flushed
   // writes: the position, then the cut). leave_at(position) says it for every later cut, before

@@ -34,6 +34,7 @@ class Conv2d final : public UnaryLayer {
     const std::size_t fan_in = static_cast<std::size_t>(o_.in_channels / o_.groups) * o_.kernel * o_.kernel;
     std::vector<ParamSpec> p{
         {"weight", {o_.out_channels, o_.in_channels / o_.groups, o_.kernel, o_.kernel}, fan_in, Init::kHeNormal}};
+    p[0].matrix = true;
     if (o_.bias) p.push_back({"bias", {o_.out_channels}, 0, Init::kZeros});
     return p;
   }

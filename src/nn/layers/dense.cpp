@@ -29,6 +29,7 @@ class Linear final : public UnaryLayer {
     if (!o_.tied) {
       ParamSpec w{"weight", {o_.out, o_.in}, static_cast<std::size_t>(o_.in), Init::kHeNormal};
       if (o_.init_std > 0.0) w.init = Init::kNormal, w.init_std = o_.init_std;
+      w.matrix = true;
       p.push_back(w);
     }
     if (o_.bias) p.push_back({"bias", {o_.out}, 0, Init::kZeros});
