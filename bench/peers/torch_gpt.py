@@ -443,9 +443,11 @@ def lr_at(base, step, schedule="constant", warmup=0, total=0, min_lr=0.0, decay_
         return base
     if schedule == "step":
         return base * decay_rate ** math.floor(s / decay_steps)
-    if schedule == "cosine":
-        progress = min(1.0, s / (total - warmup))
-        return min_lr + (base - min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    if schedule == "cosine":  # nanoGPT's get_lr, operation for operation (as drtrain)
+        if step > total:
+            return min_lr
+        coeff = 0.5 * (1.0 + math.cos(math.pi * s / (total - warmup)))
+        return min_lr + coeff * (base - min_lr)
     raise ValueError(f"unknown schedule {schedule}")
 
 
