@@ -10,6 +10,7 @@
 //   drtrain-data verify FILE                                   reads every chunk, label and token back
 //   drtrain-data synth OUT.h5 --count N --shape C,H,W [...]    a synthetic set of any size
 //   drtrain-data bench FILE [--batch B] [...]                  random-batch read throughput
+//   drtrain-data plan FILE|--count N --batch B [--seed S] [...]  which samples each training step takes
 // Exit status: 0 fine, 1 a bad or unreadable file (verify: a problem found), 2 bad usage.
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +31,7 @@
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/data/epoch_plan.hpp"
 #include "drtrain/data/hdf5_convert.hpp"
 #include "drtrain/data/hdf5_format.hpp"
 #include "drtrain/data/hdf5_source.hpp"
@@ -64,6 +67,11 @@ constexpr const char* kUsage =
     "       drtrain-data bench FILE [--split train|test] [--batch B] [--seconds S] [--cache-mib M] [--cold] [--seed "
     "S]\n"
     "                          [--context T (token files: windows of T tokens, default 256)]\n"
+    "       drtrain-data plan FILE [--context T] [--split train|test] | --count N\n"
+    "                         --batch B [--seed S] [--epoch E] [--steps K] [--workers W --towers T] [--json]\n"
+    "           which samples (token windows) each training step takes, as drtrain --seed S --batch-size B: per\n"
+    "           step, its global batch in part order (tower t of worker w takes part w*T+t); from epoch E's first\n"
+    "           step, K steps (default: the rest of that epoch), into the next epochs when K is larger\n"
     "The format: docs/DATA_FORMAT.md. Exit status: 0 fine, 1 a bad file, 2 bad usage.\n";
 
 class UsageError : public std::runtime_error {
@@ -525,6 +533,90 @@ int bench(int argc, char** argv) {
   return 0;
 }
 
+// The samples of every step of a training run (EpochPlan, as drtrain's data loader takes them).
+int plan(int argc, char** argv) {
+  const Args a(argc, argv, 2,
+               {{"--count", 1},
+                {"--context", 1},
+                {"--split", 1},
+                {"--batch", 1},
+                {"--seed", 1},
+                {"--epoch", 1},
+                {"--steps", 1},
+                {"--workers", 1},
+                {"--towers", 1},
+                {"--json", 0}});
+  const int kMaxCount = std::numeric_limits<int>::max();
+  std::int64_t count = 0;
+  std::string what;
+  if (a.has("--count")) {
+    if (!a.positional.empty()) throw UsageError("plan takes FILE or --count N, not both");
+    if (a.has("--context") || a.has("--split")) throw UsageError("--context and --split go with FILE, not --count");
+    count = a.number("--count", 0, 1, kMaxCount);
+    what = drt::str(count, " samples");
+  } else {
+    if (a.positional.size() != 1) throw UsageError("plan takes one FILE (or --count N)");
+    const std::string file = a.positional[0];
+    const std::string split = a.value("--split", "train");
+    if (data_kind(file) == DataKind::kTokens) {
+      if (!a.has("--context")) throw UsageError(file + " holds a token stream: pass --context T (drtrain's --context)");
+      const int context = static_cast<int>(a.number("--context", 0, 1, 1 << 24));
+      count = open_token_source(file, split, context, 0)->info().count;
+      what = drt::str(count, " windows of ", context, " tokens in ", file, ":/", split);
+    } else {
+      if (a.has("--context")) throw UsageError("--context goes with token files; " + file + " holds images");
+      count = read_split_header(file, split).count;
+      what = drt::str(count, " samples in ", file, ":/", split);
+    }
+    if (count > kMaxCount) throw UsageError(drt::str(what, ": more than ", kMaxCount, " samples"));
+  }
+  if (!a.has("--batch")) throw UsageError("plan needs --batch B (drtrain's --batch-size)");
+  const int batch = static_cast<int>(a.number("--batch", 0, 1, kMaxCount));
+  const auto seed = static_cast<std::uint64_t>(a.number("--seed", 1, 0, std::numeric_limits<long long>::max()));
+  const int first_epoch = static_cast<int>(a.number("--epoch", 0, 0, kMaxCount));
+  const int workers = static_cast<int>(a.number("--workers", 1, 1, 1 << 20));
+  const int towers = static_cast<int>(a.number("--towers", 1, 1, 1 << 20));
+  const bool json = a.has("--json");
+  std::optional<EpochPlan> epoch_plan;
+  try {
+    epoch_plan.emplace(static_cast<int>(count), batch, workers, towers, seed, first_epoch);
+  } catch (const drt::ConfigError& e) {
+    throw UsageError(e.what());
+  }
+  const std::int64_t per_epoch = epoch_plan->steps();
+  const std::int64_t steps = a.number("--steps", per_epoch, 0, std::numeric_limits<long long>::max());
+  if (!json)
+    std::printf("# %s, global batch %d (%d worker(s) x %d tower(s)), seed %llu: %lld steps per epoch; per step: the "
+                "global step, epoch, step in the epoch, the samples in part order%s\n",
+                what.c_str(), batch, workers, towers, static_cast<unsigned long long>(seed),
+                static_cast<long long>(per_epoch), workers * towers > 1 ? " (parts separated by |)" : "");
+  std::string line;
+  for (std::int64_t k = 0; k < steps; ++k) {
+    const std::int64_t in_epoch = k % per_epoch;
+    const int epoch = static_cast<int>(first_epoch + k / per_epoch);
+    if (k > 0 && in_epoch == 0) epoch_plan.emplace(static_cast<int>(count), batch, workers, towers, seed, epoch);
+    const int step = static_cast<int>(in_epoch);
+    const std::int64_t global = static_cast<std::int64_t>(epoch) * per_epoch + in_epoch;
+    line = json ? drt::str("{\"step\":", global, ",\"epoch\":", epoch, ",\"step_in_epoch\":", step, ",\"samples\":[")
+                : drt::str("step ", global, " epoch ", epoch, " step_in_epoch ", step, ":");
+    const std::vector<int> samples = epoch_plan->global_samples(step);
+    std::size_t at = 0;
+    for (int w = 0; w < workers; ++w)
+      for (int t = 0; t < towers; ++t) {
+        const std::size_t part = epoch_plan->samples(step, w, t).size();
+        if (!json && (w > 0 || t > 0)) line += " |";
+        for (std::size_t i = 0; i < part; ++i, ++at) {
+          if (json) line += at > 0 ? "," : "";
+          else line += " ";
+          line += std::to_string(samples[at]);
+        }
+      }
+    line += json ? "]}\n" : "\n";
+    std::fputs(line.c_str(), stdout);
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) throw UsageError("missing command");
   const std::string command = argv[1];
@@ -542,6 +634,7 @@ int run(int argc, char** argv) {
   if (command == "verify") return verify(argc, argv);
   if (command == "synth") return synth(argc, argv);
   if (command == "bench") return bench(argc, argv);
+  if (command == "plan") return plan(argc, argv);
   throw UsageError("unknown command '" + command + "'");
 }
 

@@ -350,6 +350,17 @@ bool Checkpointer::due(std::int64_t step) {
   return policy_due(step, by_time);
 }
 
+void Checkpointer::save_start() {
+  const TrainConfig& c = job_.config;
+  if (c.checkpoint_dir.empty() || !c.checkpoint_start || !resumed_from_.empty()) return;
+  SavePoint point = at_step(first_step_);
+  if (c.exchange.mode.per_gradient()) {  // ssp/async checkpoints are cuts: every worker before its first step
+    point.worker_steps.assign(static_cast<std::size_t>(job_.topo.num_workers()), first_step_);
+    point.gradients = 0;
+  }
+  save_now(point);
+}
+
 void Checkpointer::save_cut(const ps::Cut& cut) {
   if (job_.config.checkpoint_dir.empty()) return;
   advance();

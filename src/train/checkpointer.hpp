@@ -79,6 +79,10 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
+  // Before the first step, after ParameterServer::start() (the chief's initial parameters are in):
+  // with --checkpoint-start, a run from scratch saves that state (step 0, zero optimizer slots)
+  // synchronously; a resumed run does nothing (its checkpoint is its start). Every PS.
+  void save_start();
   // After every step (the server's hook; --sync-mode sync and backup): moves a save in the
   // background on, and starts one when the policy says so.
   void after_step(std::int64_t step);

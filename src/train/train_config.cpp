@@ -97,6 +97,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "steps between checkpoints (0: none)")
       ("checkpoint-secs", po::value<double>(&c.checkpoint_secs)->default_value(c.checkpoint_secs),
        "seconds between checkpoints (0: none)")
+      ("checkpoint-start", po::value<bool>(&c.checkpoint_start)->default_value(c.checkpoint_start),
+       "with --checkpoint-dir, a run from scratch also saves its initial state (ckpt-00000000.h5: the initial "
+       "parameters and zero optimizer state) before its first step; a resumed run starts from a checkpoint already")
       ("keep", po::value<int>(&c.keep)->default_value(c.keep),
        "newest checkpoints of this run's line to keep (other runs' files are never removed)")
       ("checkpoint-async", po::value<bool>(&c.checkpoint_async)->default_value(c.checkpoint_async),
@@ -193,6 +196,7 @@ void TrainConfig::validate() const {
     throw ConfigError("--checkpoint-every and --checkpoint-secs must be >= 0");
   if ((checkpoint_every > 0 || checkpoint_secs > 0) && checkpoint_dir.empty())
     throw ConfigError("--checkpoint-every/--checkpoint-secs need --checkpoint-dir DIR");
+  if (checkpoint_start && checkpoint_dir.empty()) throw ConfigError("--checkpoint-start needs --checkpoint-dir DIR");
   parse_stop_signals(stop_signals);  // ConfigError naming a bad entry
   parse_straggler();                 // ConfigError naming --straggler
   if (keep < 1) throw ConfigError(str("--keep must be at least 1 (got ", keep, ")"));
@@ -233,6 +237,7 @@ std::string TrainConfig::to_ini() const {
     << "\nbucket-kib = " << bucket_kib << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false")
     << "\neval-every = " << eval_every << "\ncheckpoint-dir = " << checkpoint_dir
     << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << "\ncheckpoint-start = " << (checkpoint_start ? "true" : "false")
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps

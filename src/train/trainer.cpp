@@ -251,7 +251,8 @@ void print_setup(const Job& job, Reporter& out) {
                  c.checkpoint_async
                      ? str(": written in the background from a snapshot of each shard (up to ", human_bytes(snapshot),
                            " more per PS; --checkpoint-async false: none, training waits for each save)")
-                     : std::string(": written by the PS while training waits (--checkpoint-async false)")));
+                     : std::string(": written by the PS while training waits (--checkpoint-async false)"),
+                 c.checkpoint_start ? "; a run from scratch saves its initial state first (--checkpoint-start)" : ""));
   }
 }
 
@@ -293,6 +294,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
     server.set_span_sink(
         [&job](const char* name, double a, double b, std::int64_t step) { job.timeline->span(name, a, b, step); });
   server.start();
+  checkpoints.save_start();  // --checkpoint-start: the initial state, before any update
   const double wall0 = now_seconds(), cpu0 = process_cpu_seconds();
   ps::ParameterServer::Hooks hooks;
   hooks.after_step = [&](std::int64_t step) {

@@ -20,6 +20,10 @@ CASE:
   pydoc    scripts/make_text_corpus.sh on Python's documentation (Debian package python3.11-doc;
            skipped, 77, without it) twice: the same tokens both times, exactly the files' bytes
            in sorted order with the held-out 5% of each file in /test
+  plan     drtrain-data plan: every epoch's steps take every sample once (the last batch the
+           remainder), the same for the same seed and another for another seed or epoch; --steps
+           runs on into the next epoch as --epoch does; --workers/--towers cut each batch into
+           parts; a token file's count is its windows at --context; bad usage exits 2
   tool     drtrain-data on them: verify accepts the h5py file and reads back what h5py wrote;
            convert --npy of numpy arrays (both layouts, uint8 and float32, a test split,
            --normalize) reads back with h5py as the arrays were; info lists the splits, chunks,
@@ -29,6 +33,7 @@ CASE:
 """
 import argparse
 import glob
+import json
 import math
 import os
 import subprocess
@@ -399,6 +404,55 @@ def tokens(work, bin_dir):
     print("tokens: ok")
 
 
+def plan(work, bin_dir):
+    data = os.path.join(bin_dir, "drtrain-data")
+    path = lambda name: os.path.join(work, name)  # noqa: E731
+
+    def steps(*args):
+        return [json.loads(line) for line in run([data, "plan", *args, "--json"]).splitlines()]
+
+    # 103 samples at batch 10: 11 steps, the last of 3; each sample once per epoch
+    epoch0 = steps("--count", "103", "--batch", "10", "--seed", "7")
+    if [s["step"] for s in epoch0] != list(range(11)) or [len(s["samples"]) for s in epoch0] != [10] * 10 + [3]:
+        raise SystemExit(f"FAIL: plan --count 103 --batch 10: steps {[(s['step'], len(s['samples'])) for s in epoch0]}")
+    if sorted(i for s in epoch0 for i in s["samples"]) != list(range(103)):
+        raise SystemExit("FAIL: plan: an epoch does not take every sample exactly once")
+    if steps("--count", "103", "--batch", "10", "--seed", "7") != epoch0:
+        raise SystemExit("FAIL: plan: two runs with one seed differ")
+    if steps("--count", "103", "--batch", "10", "--seed", "8")[0]["samples"] == epoch0[0]["samples"]:
+        raise SystemExit("FAIL: plan: seeds 7 and 8 take the same first batch")
+    # the order of an epoch does not depend on the batch: batch 20 takes pairs of batch 10's
+    pairs = steps("--count", "103", "--batch", "20", "--seed", "7")
+    if [i for s in pairs for i in s["samples"]] != [i for s in epoch0 for i in s["samples"]]:
+        raise SystemExit("FAIL: plan: --batch 20 takes the samples in another order than --batch 10")
+    # --steps beyond the epoch runs on into epoch 1, which --epoch 1 prints alike
+    long = steps("--count", "103", "--batch", "10", "--seed", "7", "--steps", "14")
+    epoch1 = steps("--count", "103", "--batch", "10", "--seed", "7", "--epoch", "1", "--steps", "3")
+    if long[:11] != epoch0 or long[11:] != epoch1 or [s["step"] for s in epoch1] != [11, 12, 13] or \
+            [s["epoch"] for s in epoch1] != [1] * 3 or epoch1[0]["samples"] == epoch0[0]["samples"]:
+        raise SystemExit(f"FAIL: plan --steps 14 / --epoch 1: {long[11:]} vs {epoch1}")
+    # parts: 2 workers x 2 towers, 3 samples each; the text form separates them by |
+    text = run([data, "plan", "--count", "103", "--batch", "12", "--seed", "7", "--workers", "2", "--towers", "2",
+                "--steps", "1"])
+    expect(text, "103 samples, global batch 12 (2 worker(s) x 2 tower(s)), seed 7: 9 steps per epoch", "plan header")
+    first = text.splitlines()[1]
+    if not first.startswith("step 0 epoch 0 step_in_epoch 0: ") or \
+            [len(p.split()) for p in first.split(":", 1)[1].split("|")] != [3, 3, 3, 3]:
+        raise SystemExit(f"FAIL: plan --workers 2 --towers 2: {first!r}")
+    # a token file: its windows at --context (500 tokens, context 8: 62 windows)
+    out = run([data, "plan", path("good_tokens.h5"), "--context", "8", "--batch", "4", "--steps", "2"])
+    expect(out, "# 62 windows of 8 tokens in ", "plan on a token file")
+    if len(steps(path("good_tokens.h5"), "--context", "8", "--batch", "31")) != 2:
+        raise SystemExit("FAIL: plan of 62 windows at batch 31 is not 2 steps")
+    for args, message in ((["--count", "10"], "plan needs --batch B"),
+                          ([path("good_tokens.h5"), "--batch", "4"], "holds a token stream: pass --context T"),
+                          (["--count", "10", "--batch", "6", "--workers", "4"], "is not divisible by workers x towers"),
+                          ([path("good_h5py.h5"), "--context", "8", "--batch", "4"],
+                           "--context goes with token files")):
+        expect(run([data, "plan"] + args, expect_rc=2), message, "plan " + " ".join(args))
+    print("plan: ok")
+
+
 def pydoc(work, bin_dir, root):
     src = "/usr/share/doc/python3.11/html/_sources"
     if not os.path.isdir(src):
@@ -428,7 +482,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=["fixture", "tool", "tokens", "pydoc"])
+    ap.add_argument("case", choices=["fixture", "tool", "tokens", "plan", "pydoc"])
     a = ap.parse_args()
     if a.case == "fixture":
         fixture(a.work)
@@ -436,6 +490,8 @@ def main():
         tool(a.work, a.bin)
     elif a.case == "tokens":
         tokens(a.work, a.bin)
+    elif a.case == "plan":
+        plan(a.work, a.bin)
     else:
         return pydoc(a.work, a.bin, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -63,6 +63,16 @@ TEST(TrainConfig, DefaultsAndFlags) {
   EXPECT_EQ(o.bucket_kib, 256u);
 }
 
+// --checkpoint-start: off by default, needs a directory, and survives --print-config.
+TEST(TrainConfig, CheckpointStart) {
+  EXPECT_FALSE(parse({})->checkpoint_start);
+  const TrainConfig c = *parse({"--checkpoint-dir", "/tmp/drt_ckpt_start", "--checkpoint-start", "true"});
+  EXPECT_TRUE(c.checkpoint_start);
+  const TrainConfig back = *parse({"--config", write_file("drt_checkpoint_start.ini", c.to_ini())});
+  EXPECT_TRUE(back.checkpoint_start);
+  EXPECT_EQ(error_of({"--checkpoint-start", "true"}), "--checkpoint-start needs --checkpoint-dir DIR");
+}
+
 TEST(TrainConfig, ConfigFileAndCommandLineWins) {
   const std::string file = write_file("drt_cfg.ini", "model = cnn\nlr = 0.2\nepochs = 7\nnesterov = true\n");
   const TrainConfig c = *parse({"--config", file, "--lr", "0.3"});

@@ -71,6 +71,8 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: none)
   double checkpoint_secs = 0.0;       // seconds between checkpoints (0: none)
   int keep = 3;                       // newest checkpoints kept
+  // A run from scratch also saves its initial state (ckpt-00000000.h5) before the first step.
+  bool checkpoint_start = false;
   // Saves during training snapshot the PS's shard and write it on a thread while training goes
   // on (train/checkpointer.hpp); false: the serve loop writes (no snapshot memory).
   bool checkpoint_async = true;
