@@ -84,25 +84,12 @@ Hdf5Writer::Hdf5Writer(const std::string& path, const WriterOptions& options) : 
     throw ConfigError(str(path, ": the gzip level must be in 0..9 (0: no compression), got ", options.compress_level));
   if (options.chunk_bytes < 1) throw ConfigError(str(path, ": the chunk size must be at least 1 byte"));
 
-  const int fd = ::open(w.temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw ConfigError(str(w.temp, ": cannot create: ", errno_text(errno)));
-  ::close(fd);
-  const hid_t id = H5Fcreate(w.temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0) {
-    std::remove(w.temp.c_str());
-    throw ConfigError(str(w.temp, ": cannot create an HDF5 file: ", io::hdf5_error_stack()));
-  }
-  w.file = H5Id(id);
-  try {
-    io::write_attribute(w.file, "drtrain_dataset", kDataFormatVersion);
-    io::write_attribute(w.file, "classes", options.classes);
-    if (!options.class_names.empty()) io::write_attribute(w.file, "class_names", options.class_names);
-    if (!options.source.empty()) io::write_attribute(w.file, "source", options.source);
-  } catch (...) {
-    w.file.reset();
-    std::remove(w.temp.c_str());
-    throw;
-  }
+  w.file = create_temp_hdf5(w.temp, [&](hid_t file) {
+    io::write_attribute(file, "drtrain_dataset", kDataFormatVersion);
+    io::write_attribute(file, "classes", options.classes);
+    if (!options.class_names.empty()) io::write_attribute(file, "class_names", options.class_names);
+    if (!options.source.empty()) io::write_attribute(file, "source", options.source);
+  });
 }
 
 Hdf5Writer::~Hdf5Writer() {

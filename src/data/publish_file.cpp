@@ -12,6 +12,26 @@
 
 namespace drt::data {
 
+io::H5Id create_temp_hdf5(const std::string& temp, const std::function<void(hid_t file)>& write_root) {
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw ConfigError(str(temp, ": cannot create: ", errno_text(errno)));
+  ::close(fd);
+  const hid_t id = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) {
+    std::remove(temp.c_str());
+    throw ConfigError(str(temp, ": cannot create an HDF5 file: ", io::hdf5_error_stack()));
+  }
+  io::H5Id file(id);
+  try {
+    write_root(file);
+  } catch (...) {
+    file.reset();
+    std::remove(temp.c_str());
+    throw;
+  }
+  return file;
+}
+
 namespace {
 
 void fsync_path(const std::string& path, bool directory) {

@@ -69,24 +69,11 @@ TokenWriter::TokenWriter(const std::string& path, const TokenWriterOptions& opti
   if (options.chunk_bytes < 1) throw ConfigError(str(path, ": the chunk size must be at least 1 byte"));
   w.chunk = std::max<std::int64_t>(1, static_cast<std::int64_t>(options.chunk_bytes / token_bytes(options.vocab_size)));
 
-  const int fd = ::open(w.temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw ConfigError(str(w.temp, ": cannot create: ", errno_text(errno)));
-  ::close(fd);
-  const hid_t id = H5Fcreate(w.temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0) {
-    std::remove(w.temp.c_str());
-    throw ConfigError(str(w.temp, ": cannot create an HDF5 file: ", io::hdf5_error_stack()));
-  }
-  w.file = H5Id(id);
-  try {
-    io::write_attribute(w.file, "drtrain_dataset", kDataFormatVersion);
-    io::write_attribute(w.file, "vocab_size", options.vocab_size);
-    if (!options.source.empty()) io::write_attribute(w.file, "source", options.source);
-  } catch (...) {
-    w.file.reset();
-    std::remove(w.temp.c_str());
-    throw;
-  }
+  w.file = create_temp_hdf5(w.temp, [&](hid_t file) {
+    io::write_attribute(file, "drtrain_dataset", kDataFormatVersion);
+    io::write_attribute(file, "vocab_size", options.vocab_size);
+    if (!options.source.empty()) io::write_attribute(file, "source", options.source);
+  });
 }
 
 TokenWriter::~TokenWriter() {
