@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
+#include <thread>
 
 #include "drtrain/comm/liveness.hpp"
 #include "drtrain/comm/mpi_check.hpp"
@@ -18,6 +20,7 @@
 #include "drtrain/comm/watchdog.hpp"
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 #include "checkpoint_schema.hpp"
 #include "hdf5.hpp"
 
@@ -233,7 +236,10 @@ void write_checkpoint(const comm::Comm& ps, const std::string& path, const Check
     // this PS while it writes, and on some RMA paths their flushes need this rank in MPI.
     // The pieces are progress too: for this rank's watchdog, and for the peers that wait for it
     // (the workers for the next step, the other PS in the collectives below): comm/liveness.hpp.
-    sum = write_parts(parts, shard, [](std::size_t) {
+    // Test-only (core/test_faults.hpp): a slow disk that still makes progress.
+    const bool slow = test_fault("checkpoint-slow-pieces");
+    sum = write_parts(parts, shard, [slow](std::size_t) {
+      if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       comm::progress();
       comm::Watchdog::beat("checkpoint");
       comm::Liveness::note_progress();

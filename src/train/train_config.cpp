@@ -97,7 +97,7 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "steps between checkpoints (0: none)")
       ("checkpoint-secs", po::value<double>(&c.checkpoint_secs)->default_value(c.checkpoint_secs),
        "seconds between checkpoints (0: none)")
-      ("checkpoint-start", po::value<bool>(&c.checkpoint_start)->default_value(c.checkpoint_start),
+      ("checkpoint-start", po::value<bool>(&c.checkpoint_start)->default_value(c.checkpoint_start)->implicit_value(true),
        "with --checkpoint-dir, a run from scratch also saves its initial state (ckpt-00000000.h5: the initial "
        "parameters and zero optimizer state) before its first step; a resumed run starts from a checkpoint already")
       ("keep", po::value<int>(&c.keep)->default_value(c.keep),

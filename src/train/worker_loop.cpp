@@ -609,6 +609,7 @@ class WorkerLoop {
       const data::TowerBatch piece =
           data_or_fatal([&] { return data::read_tower_batch(*data_.test, samples, data_.normalize); });
       const backend::LossSums sums = towers_->evaluate(piece.images.data(), piece.labels.data(), piece.count);
+      if (slow_eval_) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // test-only: a long evaluation
       // An evaluation of a large test set is progress: for the watchdog, and for the peers that
       // wait for this worker meanwhile (comm/liveness.hpp; the relaxed chief evaluates alone).
       comm::Watchdog::beat("evaluation");
@@ -676,6 +677,7 @@ class WorkerLoop {
   bool language_model() const { return job_.spec.wiring().back().output.sequence; }
   const TrainConfig::Straggler straggler_;
   const bool slow_steps_ = test_fault(str("slow-steps:", topo_.world_rank()));
+  const bool slow_eval_ = test_fault("slow-eval");
   std::int64_t skipped_steps_ = 0;     // backup: steps skipped to catch up
   std::int64_t samples_computed_ = 0;  // this worker's samples of the steps it trained
   int stop_posted_ = 0;                // relaxed: the stop signal this worker has requested from PS 0

@@ -9,6 +9,8 @@ CASE:
   tool      drtrain-ckpt info, stats, verify, diff and export
   bad       truncated, bit-flipped, wrong model, missing dataset, newer format, empty file, a
             directory of partial files: clear errors or skips with a warning, never a crash/hang
+  slow-sync synchronous saves that take longer than --hang-timeout while they make progress (a
+            test fault slows each written piece): the job ends normally with every save
   vanish    the newest checkpoint disappears between the check and the parallel open (a test
             fault): --resume skips it with a warning and takes the next
   crash     kill -9 of PS 0 in the middle of a write: the previous checkpoint survives and
@@ -305,6 +307,22 @@ class Case:
             for group in ("params", "state"):
                 for name in a[group]:
                     assert np.array_equal(a[group][name][()], b[group][name][()]), f"{group}/{name} differs"
+
+    def slow_sync(self):
+        # Synchronous saves (--checkpoint-async false, and the final one) of ~70 MB that take about
+        # 3.5 s (a test fault: 50 ms after each 1 MiB piece, a slow disk that makes progress) with
+        # --hang-timeout 1.5: the workers waiting for the PS and the PS's own watchdog must count
+        # the writing as progress (comm/liveness.hpp), so the job ends normally with both saves.
+        d = os.path.join(self.a.work, "slow-sync")
+        shutil.rmtree(d, ignore_errors=True)
+        code, out = self.drtrain(3, "--dataset", "synthetic", "--model", "mlp:784-2048-2048-10", "--optimizer", "adam",
+                                 "--batch-size", "32", "--max-steps", "20", "--checkpoint-dir", d,
+                                 "--checkpoint-every", "10", "--checkpoint-async", "false", "--hang-timeout", "1.5",
+                                 expect_ok=None, env=dict(os.environ, DRT_TEST_FAULT="checkpoint-slow-pieces"))
+        files = sorted(os.listdir(d)) if os.path.isdir(d) else []
+        if code != 0 or "ckpt-00000010.h5" not in files or "ckpt-00000020.h5" not in files:
+            print(out)
+            raise SystemExit(f"FAIL: slow synchronous saves: exit status {code}, {files}")
 
     def vanish(self):
         # The newest checkpoint disappears between PS 0's check and the PS's parallel open (test
@@ -650,13 +668,13 @@ def main():
     p.add_argument("--trials", type=int, default=2, help="kill: trials (each killed and resumed until done)")
     p.add_argument("--seed", type=int, default=None, help="kill: the random seed (default: a fresh one, printed)")
     p.add_argument("case", choices=["fixture", "h5py", "h5dump", "tool", "bad", "crash", "preempt", "slow", "full", "model",
-                                    "runs", "vanish", "kill"])
+                                    "runs", "vanish", "slow-sync", "kill"])
     a = p.parse_args()
     if a.seed is None:
         a.seed = random.SystemRandom().randrange(1 << 30)
     print(f"seed {a.seed}")
     case = Case(a)
-    getattr(case, {"tool": "tool_case"}.get(a.case, a.case))()
+    getattr(case, {"tool": "tool_case"}.get(a.case, a.case.replace("-", "_")))()
     print(f"ok: {a.case}")
 
 

@@ -24,6 +24,8 @@ Fashion-MNIST MLP.
   finish-apart async, 1 PS + 2 workers, one worker 0.2 s slower per step (a test fault): the other
                finishes about 12 s earlier, longer than --hang-timeout 2; it waits for the end
                without timing out, and the job exits 0 with its final checkpoint
+  long-eval    ssp:1: the chief's evaluation of a large test set outlasts --hang-timeout (a test
+               fault slows it); the others wait for it, and the job ends normally
   cuts         async and ssp:2, 1 PS + 2 workers, one 0.2 s slower per step, a checkpoint every 5
                steps: each checkpoint is a cut (its gradients are the sum of its worker_steps);
                --resume from a middle one continues each worker at its own step
@@ -178,6 +180,20 @@ class Case:
             print(out)
             raise SystemExit(f"FAIL: async, workers finishing 12 s apart: exit status {code}, checkpoints {files}")
 
+    def long_eval(self):
+        # ssp:1, the chief evaluates a 40960-image test set alone every 10 steps, slowly (a test
+        # fault: 0.2 s a piece, 2 s in all) with --hang-timeout 1.5, while worker 1 waits for it
+        # (the bound) and the PS waits for gradients: the chief's evaluation is progress
+        # (comm/liveness.hpp), so nobody gives up and the job ends normally.
+        cmd = self.a.mpiexec.split() + ["-n", "3", os.path.join(self.a.bin, "drtrain"), "--num-ps", "1",
+                                        "--batch-size", "96", "--sync-mode", "ssp:1", "--dataset", "synthetic",
+                                        "--synthetic-test", "40960", "--max-steps", "30", "--eval-every", "10",
+                                        "--hang-timeout", "1.5", "--log-every", "10"]
+        code, out = run(cmd, None, env=dict(os.environ, DRT_TEST_FAULT="slow-eval"))
+        if code != 0 or "step 20 test:" not in out:
+            print(out)
+            raise SystemExit(f"FAIL: ssp:1 with a long evaluation of the chief: exit status {code}")
+
     def cuts(self):
         # ssp/async checkpoints are cuts: each holds exactly the gradients of the steps before
         # worker_steps[w] of every worker w (the PS's count of what it applied equals the sum of
@@ -301,8 +317,8 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "finish-apart", "cuts", "resume",
-                                    "stop"])
+    p.add_argument("case", choices=["train", "one-worker", "backup-stop", "all-stop", "finish-apart", "long-eval", "cuts",
+                                    "resume", "stop"])
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     getattr(Case(a), a.case.replace("-", "_"))()

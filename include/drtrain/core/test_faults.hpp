@@ -12,6 +12,9 @@
 //                             parallel open (a file removed between the two)
 //   slow-steps:<world rank>   that worker sleeps 0.2 s after each step's compute (a straggler
 //                             whose delay does not depend on the machine's speed)
+//   checkpoint-slow-pieces    every synchronous checkpoint write sleeps 50 ms after each 1 MiB
+//                             piece (a slow disk that still makes progress)
+//   slow-eval                 evaluation sleeps 0.2 s after each piece of the test set
 // Unset in normal runs; nothing else reads it.
 #pragma once
 
