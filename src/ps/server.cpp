@@ -1,9 +1,11 @@
 #include "drtrain/ps/server.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
 #include "drtrain/comm/liveness.hpp"
@@ -13,6 +15,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/stop_signals.hpp"
 #include "drtrain/core/strings.hpp"
+#include "drtrain/core/test_faults.hpp"
 #include "drtrain/kernels/reference.hpp"
 #include "protocol.hpp"
 #include "relaxed_server.hpp"
@@ -369,6 +372,7 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
   bool stop_posted = false, stop_decided = false;
   const bool cuts = config_.mode.per_gradient();
+  const bool slow_serve = test_fault(str("slow-serve:", topo_.world_rank()));
   for (;;) {
     const double t0 = now_seconds();
     if (!stop_posted && stop_signal_received() != 0) {  // a stop signal reached this PS
@@ -495,6 +499,7 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
     // Every worker left: a worker's last push was consumed before it pulled (ssp/async), and a
     // late one of backup is dropped.
     if (words[0] == workers) return stats_.steps;
+    if (slow_serve) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // test-only: a PS behind
     if (!waiter->pause()) {
       std::vector<int> missing;
       for (int w = 0; w < workers; ++w) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <random>
@@ -337,6 +338,33 @@ TEST_F(Exchange, RelaxedModesApplyEveryGradientOnce) {
       }
       ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
     }
+}
+
+// More PS than elements: the last PS holds an empty shard (one empty block), which a worker
+// announces at the end of each push without waiting for its slot to be taken, so under ssp/async
+// several of its pushes may be pending at one poll. The PS must count each (it once counted
+// them as one, and its step count fell behind the steps pushed).
+TEST_F(Exchange, RelaxedModesCountEveryPushOfAnEmptyShard) {
+  if (topo_->num_ps() < 2) GTEST_SKIP() << "needs 2 or more PS";
+  const int workers = topo_->num_workers();
+  for (const SyncMode& mode : {SyncMode{SyncKind::kAsync, 0}, SyncMode{SyncKind::kSsp, 2}}) {
+    Case c = relaxed_integer_case(mode, Wire::kFp32);
+    c.size = static_cast<std::size_t>(topo_->num_ps() - 1);
+    c.steps = 40;
+    // The PS with the empty shard polls slowly, so pushes pile up (ranks 0..P-1 are the PS).
+    int empty = -1;
+    for (int p = 0; p < topo_->num_ps(); ++p)
+      if (plan_of(c, *topo_).shard_size(p) == 0) empty = p;
+    ASSERT_GE(empty, 0) << "the plan gives no PS an empty shard";
+    setenv("DRT_TEST_FAULT", str("slow-serve:", empty).c_str(), 1);
+    run_exchange(*topo_, c);  // checks that serve() counted c.steps steps on every PS
+    unsetenv("DRT_TEST_FAULT");
+    std::string detail;
+    if (topo_->is_ps() && g_last_server_stats.gradients_applied != std::int64_t{workers} * c.steps)
+      detail = str(c.name(), ": PS ", topo_->role_index(), " applied ", g_last_server_stats.gradients_applied,
+                   " gradients to its block 0, expected ", workers * c.steps);
+    ASSERT_TRUE(testing::all_ranks(detail.empty(), detail)) << c.name();
+  }
 }
 
 // --lookahead under ssp/async: the PS keeps its master parameters apart and publishes

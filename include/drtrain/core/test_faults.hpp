@@ -15,6 +15,8 @@
 //   checkpoint-slow-pieces    every synchronous checkpoint write sleeps 50 ms after each 1 MiB
 //                             piece (a slow disk that still makes progress)
 //   slow-eval                 evaluation sleeps 0.2 s after each piece of the test set
+//   slow-serve:<world rank>   that PS (ssp/async/backup) naps 5 ms after each poll that found
+//                             nothing to apply (a PS that falls behind its workers)
 // Unset in normal runs; nothing else reads it.
 #pragma once
 
