@@ -264,7 +264,8 @@ ResumePoint prepare_resume(const Job& job) {
   std::vector<char> name(4096, '\0');
   if (topo.is_ps() && topo.role_index() == 0) std::strncpy(name.data(), r.file.c_str(), name.size() - 1);
   const int ps0 = topo.ps_world_ranks().front();
-  DRT_MPI_CHECK(MPI_Bcast(start.data(), static_cast<int>(start.size()), MPI_INT64_T, ps0, topo.world().get()));
+  std::int64_t* const starts = start.data();  // named, so that the MPI type check sees int64_t
+  DRT_MPI_CHECK(MPI_Bcast(starts, static_cast<int>(start.size()), MPI_INT64_T, ps0, topo.world().get()));
   DRT_MPI_CHECK(MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, ps0, topo.world().get()));
   r.file = name.data();
   if (r.file.empty()) {

@@ -162,9 +162,9 @@ TEST(Overlap, EqualsTheSequentialStepBitwise) {
       // to evaluate with the parameters one update old).
       const bool same_eval =
           overlapped.test_loss == sequential.test_loss && overlapped.test_accuracy == sequential.test_accuracy;
-      ASSERT_TRUE(testing::all_ranks(same_eval, str("T=", towers, ", buckets of ", kib, " KiB: final test loss ",
-                                                    overlapped.test_loss, " with --overlap, ", sequential.test_loss,
-                                                    " without")));
+      ASSERT_TRUE(testing::all_ranks(
+          same_eval, str("T=", towers, ", buckets of ", kib, " KiB: final test loss ", overlapped.test_loss,
+                         " with --overlap, ", sequential.test_loss, " without")));
     }
   }
 }

@@ -356,8 +356,10 @@ TEST_F(Exchange, RelaxedModesCountEveryPushOfAnEmptyShard) {
     for (int p = 0; p < topo_->num_ps(); ++p)
       if (plan_of(c, *topo_).shard_size(p) == 0) empty = p;
     ASSERT_GE(empty, 0) << "the plan gives no PS an empty shard";
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread reads the environment now
     setenv("DRT_TEST_FAULT", str("slow-serve:", empty).c_str(), 1);
     run_exchange(*topo_, c);  // checks that serve() counted c.steps steps on every PS
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): the exchange's threads have ended
     unsetenv("DRT_TEST_FAULT");
     std::string detail;
     if (topo_->is_ps() && g_last_server_stats.gradients_applied != std::int64_t{workers} * c.steps)

@@ -51,8 +51,8 @@ struct CheckpointMeta {
   // data cursor; step x num_workers gradients).
   std::vector<std::uint64_t> worker_steps;
   std::int64_t gradients = -1;
-  std::string created;                          // UTC, ISO 8601
-  std::uint64_t checksum = 0;                   // sum of element hashes of every dataset (see format doc)
+  std::string created;         // UTC, ISO 8601
+  std::uint64_t checksum = 0;  // sum of element hashes of every dataset (see format doc)
   // Which run wrote the file (docs/CHECKPOINT_FORMAT.md, "Runs"); all empty (parent_step -1) in
   // files of drtrain before run ids: an unknown run.
   std::string run_id;             // 32 hex digits, fresh for every job
