@@ -19,6 +19,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "drtrain/backend/backend.hpp"
@@ -180,7 +181,24 @@ int verify(const CheckpointFile& f) {
   return 0;
 }
 
-int export_state_dict(const CheckpointFile& f, const std::string& out) {
+// A linear layer tied to an embedding (`tie=NODE`, nanoGPT's lm_head) has no tensor of its own in
+// a checkpoint, but PyTorch's state_dict holds the shared tensor under both names: the export
+// hard-links NAME.weight to NODE.weight (one copy), so load_state_dict(strict=True) finds both.
+// Returns (alias, shared tensor) pairs; none for files from before the definition was stored.
+std::vector<std::pair<std::string, std::string>> tied_weights(const CheckpointFile& f, const std::string& source) {
+  std::vector<std::pair<std::string, std::string>> ties;
+  const std::string& definition = f.meta().model_definition;
+  if (definition.empty()) return ties;
+  const auto graph = drt::nn::ModelGraph::parse(definition, source + " (model_definition)");
+  for (const auto& node : graph.nodes()) {
+    const auto tie = node.options.find("tie");
+    if (tie != node.options.end()) ties.emplace_back(node.name + ".weight", tie->second + ".weight");
+  }
+  return ties;
+}
+
+int export_state_dict(const CheckpointFile& f, const std::string& source, const std::string& out) {
+  const auto ties = tied_weights(f, source);
   const hid_t file = H5Fcreate(out.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) throw drt::Error("cannot create " + out);
   // A state_dict holds parameters and state (batch norm's running statistics) by name.
@@ -200,6 +218,13 @@ int export_state_dict(const CheckpointFile& f, const std::string& out) {
       throw drt::Error(drt::str("cannot write ", d, " to ", out));
     }
   }
+  for (const auto& [alias, shared] : ties)
+    if (H5Lexists(file, alias.c_str(), H5P_DEFAULT) <= 0 &&
+        (H5Lexists(file, shared.c_str(), H5P_DEFAULT) <= 0 ||
+         H5Lcreate_hard(file, shared.c_str(), file, alias.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)) {
+      H5Fclose(file);
+      throw drt::Error(drt::str("cannot link ", alias, " to the tensor it is tied to, ", shared, ", in ", out));
+    }
   const std::string model = f.meta().model;
   const hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, model.size());
@@ -211,8 +236,8 @@ int export_state_dict(const CheckpointFile& f, const std::string& out) {
   H5Tclose(type);
   H5Fclose(file);
   std::printf(
-      "wrote %s: the parameters as torch state_dict entries (load: {k: torch.from_numpy(f[k][()]) for k in f})\n",
-      out.c_str());
+      "wrote %s: the parameters as torch state_dict entries (load: {k: torch.from_numpy(f[k][()]) for k in f})%s\n",
+      out.c_str(), ties.empty() ? "" : "; tied weights appear under both names");
   return 0;
 }
 
@@ -412,7 +437,7 @@ int run(int argc, char** argv) {
   }
   if (command == "export") {
     if (argc != 4) return usage("export takes FILE OUT");
-    return export_state_dict(CheckpointFile(argv[2]), argv[3]);
+    return export_state_dict(CheckpointFile(argv[2]), argv[2], argv[3]);
   }
   if (argc != 3) return usage(("too many arguments for " + command).c_str());
   if (command == "info") return info(CheckpointFile(argv[2]));

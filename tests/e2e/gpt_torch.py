@@ -29,15 +29,15 @@ own v_hat (torch_gpt.py, ROUNDING); the test prints how many elements needed it 
            bitwise where a fresh 3-step run ends (--deterministic); a resumed run does not save
            a start; --checkpoint-start without --checkpoint-dir is refused. No PyTorch needed.
   dropout  (a) dropout on (embedding/residual 0.1, attention 0.2), an untied head: equal
-  tied     (b) dropout off, the head tied to the token embedding: equal
+  tied     (b) dropout off, the head tied to the token embedding: equal; and drtrain-ckpt export's
+           file loads into nanoGPT's model with load_state_dict(strict=True)
   control  (c) the same run as (b): the reference with the right beta2 passes, with beta2 = 0.998
            instead of 0.999 it must fail: the comparison can fail
 
 The cases that need PyTorch exit 77 (Skipped) when the venv is missing or broken.
 
-OPTIM_FLAGS below: once drtrain has --grad-clip and --decay-rule (branch wt/gpt-optim), the
-cases also clip (drtrain --grad-clip, torch clip_grad_norm_) and decay only the matrices (drtrain
---decay-rule matrices, the reference's --decay-rule matrices); "auto" asks `drtrain --help`.
+Every case clips (drtrain --grad-clip, torch clip_grad_norm_, acting at every step: gradient norms
+1.6 to 31) and decays only the matrices (drtrain's default --decay-rule matrices).
 
 usage: gpt_torch.py --bin BUILD/bin --mpiexec "mpiexec FLAGS" --work DIR --data pydoc.h5 --venv DIR CASE
 """
@@ -55,15 +55,7 @@ import numpy as np
 
 from e2e_util import expect, run
 
-# ---- THE SWITCH (grad clipping and the decay rule, branch wt/gpt-optim) ----------------------
-# "auto": use them when `drtrain --help` lists --grad-clip and --decay-rule; True: require them;
-# False: never (drtrain before wt/gpt-optim: no clipping, --weight-decay on every tensor). After
-# the merge drtrain's default rule is `matrices`, so False would then fail. Checked on a trial merge
-# of wt/gpt-optim 50908ae: "auto" passes every case with the clip acting at every step (gradient
-# norms 1.6 to 31), and the reference without the clip, or decaying every tensor, fails.
-OPTIM_FLAGS = "auto"
 GRAD_CLIP = 1.0  # nanoGPT's; below the gradient norms of these runs (1.6 to 31), so that the clip acts
-# -----------------------------------------------------------------------------------------------
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REFERENCE = os.path.join(ROOT, "bench", "peers", "torch_gpt.py")
@@ -74,6 +66,22 @@ TOLERANCE = 1e-5
 CONTEXT, BATCH, STEPS = 32, 8, 3
 OPTIMIZER = {"lr": "3e-3", "min-lr": "3e-4", "warmup-steps": "1", "lr-schedule": "cosine", "weight-decay": "0.1",
              "beta1": "0.9", "beta2": "0.999"}
+
+
+# Run by the venv's python: argv = [peers dir, a checkpoint (for the config), the exported file].
+STRICT_LOAD = """
+import sys
+import h5py, numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+import torch_gpt
+model = torch_gpt.build_model(torch_gpt.config_from_checkpoint(torch_gpt.read_checkpoint(sys.argv[2])))
+with h5py.File(sys.argv[3], "r") as f:
+    state = {k: torch.from_numpy(f[k][()]) for k in f}
+model.load_state_dict(state, strict=True)
+assert model.lm_head.weight is model.transformer.wte.weight
+assert np.array_equal(model.lm_head.weight.detach().numpy(), state["transformer.wte.weight"].numpy())
+print(f"strict load: ok, {len(state)} tensors, lm_head.weight is transformer.wte.weight")
+"""
 
 
 class Case:
@@ -123,12 +131,6 @@ class Case:
         print(f"venv {self.venv}: created in {took:.0f} s")
 
     # ---- drtrain
-    def optim_flags(self):
-        if OPTIM_FLAGS == "auto":
-            _, text = run([os.path.join(self.a.bin, "drtrain"), "--help"])
-            return "--grad-clip" in text and "--decay-rule" in text
-        return bool(OPTIM_FLAGS)
-
     def drtrain(self, model, ckpt_dir, *extra, expect_ok=True):
         cmd = self.a.mpiexec.split() + [
             "-n", "4", os.path.join(self.a.bin, "drtrain"), "--num-ps", "2", "--towers", "2",
@@ -204,7 +206,7 @@ class Case:
 
     def equal(self, name, model):
         self.need_venv()
-        clip = self.optim_flags()
+        clip = True
         d = self.train(name, model, clip)
         r = self.reference(d, clip)
         self.report(f"{name}{' (clip, decay-rule matrices)' if clip else ''}", r)
@@ -225,11 +227,21 @@ class Case:
         self.equal("dropout", self.dropout_model())
 
     def tied(self):
-        self.equal("tied", "gpt:2-2-32")
+        d = self.equal("tied", "gpt:2-2-32")
+        # drtrain-ckpt export of the tied model loads into nanoGPT's model as it is: the head's
+        # weight appears under lm_head.weight too (a hard link to transformer.wte.weight).
+        exported = os.path.join(d, "state_dict.h5")
+        run([os.path.join(self.a.bin, "drtrain-ckpt"), "export", os.path.join(d, f"ckpt-{STEPS:08d}.h5"), exported])
+        code, out = run([self.python, "-c", STRICT_LOAD, os.path.dirname(REFERENCE), os.path.join(d, "ckpt-00000000.h5"),
+                         exported], expect_ok=None, timeout=300)
+        if code != 0 or "strict load: ok" not in out:
+            print(out)
+            raise SystemExit("FAIL: nanoGPT's load_state_dict(strict=True) refused drtrain-ckpt export's file")
+        print(out.strip().splitlines()[-1])
 
     def control(self):
         self.need_venv()
-        clip = self.optim_flags()
+        clip = True
         d = self.train("control", "gpt:2-2-32", clip)
         right = self.reference(d, clip)
         self.report("control, the right beta2", right)

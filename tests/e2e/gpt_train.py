@@ -10,7 +10,8 @@ by drtrain-data into a byte-level token set (scripts/make_text_corpus.sh does th
            progress lines report tokens/s, perplexity and model GFLOP/s
   resume   --deterministic, 2 PS + 2 workers x 2 towers: a run stopped by SIGTERM after step 12
            (exit 75) and resumed ends bitwise where an uninterrupted 30-step run ends; the step-12
-           checkpoint also resumes on another layout (1 PS + 1 worker)
+           checkpoint also resumes on another layout (1 PS + 1 worker); the export of the tied
+           model holds lm_head.weight as a link to transformer.wte.weight (nanoGPT's state_dict)
   modes    --overlap, --wire bf16, --sync-mode async / ssp:2 / backup:1: 25 steps each, the loss
            falls below its start and is finite
   bad      a token id >= vocab_size, --context longer than the model's position table, a corpus
@@ -118,6 +119,13 @@ class Case:
         final = f"ckpt-{30:08d}.h5"
         run([os.path.join(self.a.bin, "drtrain-ckpt"), "diff", os.path.join(d, final), os.path.join(ref, final),
              "--rtol", "0"])
+        # The export of the tied model holds the head under nanoGPT's name too, as one tensor.
+        exported = os.path.join(work, "state_dict.h5")
+        run([os.path.join(self.a.bin, "drtrain-ckpt"), "export", os.path.join(d, final), exported])
+        with h5py.File(exported, "r") as f:
+            if "lm_head.weight" not in f or f["lm_head.weight"] != f["transformer.wte.weight"]:
+                raise SystemExit(f"FAIL: the export's lm_head.weight is not a link to transformer.wte.weight: "
+                                 f"{sorted(f)}")
         # Another layout: 1 PS + 1 worker with 1 tower reads the 2-PS checkpoint (resharded).
         other = os.path.join(work, "other")
         os.makedirs(other)
