@@ -528,7 +528,7 @@ ModelGraph ModelGraph::parse_file(const std::string& path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) in.open(path, std::ios::binary);
   if (!in.is_open() || !in)
     throw ConfigError(str("cannot read the model file '", path, "'; --model takes a preset (",
-                          join(preset_names(), ", "), "), mlp:IN-H1-...-OUT, or a model file"));
+                          join(preset_names(), ", "), "), mlp:IN-H1-...-OUT, gpt:L-H-D, or a model file"));
   std::string text(kMaxBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<std::size_t>(in.gcount()));

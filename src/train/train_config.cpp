@@ -25,7 +25,7 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
   d.add_options()
       ("config", po::value<std::string>(&config_file), "INI file with any of these options (key = value); "
        "the command line wins")
-      ("model", po::value<std::string>(&c.model)->default_value(c.model), "a preset (mlp, cnn, resnet20), mlp:IN-H1-...-OUT, or a model file (docs/MODEL_FORMAT.md)")
+      ("model", po::value<std::string>(&c.model)->default_value(c.model), "a preset (mlp, cnn, resnet20, gpt2), mlp:IN-H1-...-OUT, gpt:L-H-D[-C] (L blocks, H heads, D wide, context C), or a model file (docs/MODEL_FORMAT.md)")
       ("dataset", po::value<std::string>(&c.dataset)->default_value(c.dataset), "fashion-mnist | synthetic | hdf5")
       ("data-dir", po::value<std::string>(&c.data_dir)->default_value(c.data_dir),
        "directory with the Fashion-MNIST IDX .gz files (Debian package dataset-fashion-mnist)")
