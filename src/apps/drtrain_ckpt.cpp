@@ -422,6 +422,19 @@ int sample(int argc, char** argv) {
   return 0;
 }
 
+// Runs fn, naming `path` in the CheckpointError or ConfigError it throws (the messages name datasets, not the
+// file; diff has two files and export two paths, so main cannot tell which one is meant).
+template <class Fn>
+auto naming(const char* path, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const drt::io::CheckpointError& e) {
+    throw drt::io::CheckpointError(drt::str(path, ": ", e.what()));
+  } catch (const drt::ConfigError& e) {  // a format version this drtrain does not read
+    throw drt::ConfigError(drt::str(path, ": ", e.what()));
+  }
+}
+
 int run(int argc, char** argv) {
   if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
     std::fputs(kHelp, stdout);
@@ -433,16 +446,18 @@ int run(int argc, char** argv) {
   if (command == "diff") {
     if (argc != 4 && !(argc == 6 && std::strcmp(argv[4], "--rtol") == 0)) return usage("diff takes A B [--rtol R]");
     const double rtol = argc == 6 ? std::atof(argv[5]) : 0.0;
-    return diff(CheckpointFile(argv[2]), CheckpointFile(argv[3]), rtol);
+    const CheckpointFile a = naming(argv[2], [&] { return CheckpointFile(argv[2]); });
+    const CheckpointFile b = naming(argv[3], [&] { return CheckpointFile(argv[3]); });
+    return diff(a, b, rtol);
   }
   if (command == "export") {
     if (argc != 4) return usage("export takes FILE OUT");
-    return export_state_dict(CheckpointFile(argv[2]), argv[2], argv[3]);
+    return naming(argv[2], [&] { return export_state_dict(CheckpointFile(argv[2]), argv[2], argv[3]); });
   }
   if (argc != 3) return usage(("too many arguments for " + command).c_str());
-  if (command == "info") return info(CheckpointFile(argv[2]));
-  if (command == "stats") return stats(CheckpointFile(argv[2]));
-  if (command == "verify") return verify(CheckpointFile(argv[2]));
+  if (command == "info") return naming(argv[2], [&] { return info(CheckpointFile(argv[2])); });
+  if (command == "stats") return naming(argv[2], [&] { return stats(CheckpointFile(argv[2])); });
+  if (command == "verify") return naming(argv[2], [&] { return verify(CheckpointFile(argv[2])); });
   return usage(("unknown command '" + command + "'").c_str());
 }
 
@@ -451,8 +466,8 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
-  } catch (const drt::io::CheckpointError& e) {  // sample names its file itself
-    std::fprintf(stderr, "drtrain-ckpt: %s: %s\n", argc > 2 ? argv[argc - 1] : "", e.what());
+  } catch (const drt::io::CheckpointError& e) {  // named by run()'s naming(); sample names its own
+    std::fprintf(stderr, "drtrain-ckpt: %s\n", e.what());
     return argc > 1 && std::strcmp(argv[1], "verify") == 0 ? 1 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "drtrain-ckpt: %s\n", e.what());

@@ -164,6 +164,14 @@ class Case:
             if verify_msg:
                 code, out = run([self.tool, "verify", path], expect_ok=False)
                 expect(out, verify_msg, f"verify {name}")
+                expect(out, f"drtrain-ckpt: {path}: ", f"verify {name} names the file")
+                # diff and export name a file they cannot open, not the other path of their command line
+                for cmd in [] if name in ("bitflip", "missing") else (["diff", self.ckpt(60), path], ["diff", path, self.ckpt(60), "--rtol", "0"],
+                            ["export", path, os.path.join(self.a.work, "bad", "export.h5")]):
+                    code, out = run([self.tool] + cmd, expect_ok=False)
+                    if not any(x.startswith(f"drtrain-ckpt: {path}: ") and verify_msg in x for x in out.splitlines()):
+                        print(out)
+                        raise SystemExit(f"FAIL: {' '.join(cmd)}: no line 'drtrain-ckpt: {path}: ...{verify_msg}...'")
             code, out = self.drtrain(3, "--max-steps", "61", "--resume", path, expect_ok=False)
             expect(out, resume_msg, f"--resume {name}")
             if out.count("drtrain: error:") != 1:
