@@ -11,6 +11,9 @@
 #                         configuration, and drtrain's choice), otherwise OMPI_MCA_osc=OSC.
 #            train-bf16   the same with --wire bf16 (16-bit Puts and Gets), bitwise equal to
 #                         the single-host run with --wire bf16.
+#            train-gpt    the same with a small GPT (gpt:2-2-32, context 32, AdamW, clipping by the
+#                         global norm across both PS) on bytes of Python's documentation
+#                         (python3.11-doc's tutorial, converted by drtrain-data), bitwise equal to one host.
 #            train-relaxed  the job across the nodes with --sync-mode backup:0 (per-worker slots,
 #                         the relaxed modes' read locks and versions over TCP, waiting for every
 #                         worker), bitwise equal to the single-host --deterministic run.
@@ -33,6 +36,12 @@ wire=fp32
 sync_flags=(--deterministic)
 if [ "$test_case" = train-bf16 ]; then test_case=train; wire=bf16; fi
 if [ "$test_case" = train-relaxed ]; then test_case=train; sync_flags=(--sync-mode backup:0); fi
+model_flags=()  # the default: the MLP on Fashion-MNIST
+if [ "$test_case" = train-gpt ]; then
+  test_case=train
+  model_flags=(--dataset hdf5 --data-file "$work/text.h5" --context 32 --model gpt:2-2-32 --optimizer adamw
+               --lr 3e-3 --warmup-steps 5 --lr-schedule cosine --grad-clip 1.0)
+fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
@@ -44,6 +53,7 @@ if [ "${DRT_CLUSTER_TEST_INNER:-}" = 1 ]; then
       [ "$osc" != default ] && export OMPI_MCA_osc=$osc
       rm -rf "$work/cluster-ckpt"
       DRT_LOG_LEVEL=debug "$here/cluster_mpirun.sh" "$mpi" --env DRT_LOG_LEVEL -- "${job[@]}" "${sync_flags[@]}" \
+        ${model_flags[@]+"${model_flags[@]}"} \
         --wire "$wire" --max-steps 30 --hang-timeout 60 --checkpoint-dir "$work/cluster-ckpt" > "$work/cluster.log" 2>&1 \
         || { cat "$work/cluster.log"; fail "the job across 2 nodes failed"; }
       cat "$work/cluster.log"
@@ -109,10 +119,15 @@ flags=()
 launcher=mpiexec; [ "$mpi" = mpich ] && launcher=mpiexec.mpich
 
 if [ "$test_case" = train ]; then
+  if [ ${#model_flags[@]} -gt 0 ]; then  # train-gpt: the tutorial, 0.3 MB of text
+    "$bin/drtrain-data" convert --text /usr/share/doc/python3.11/html/_sources/tutorial --test-fraction 0.05 \
+      "$work/text.h5" > "$work/convert.log" 2>&1 || { cat "$work/convert.log"; fail "converting the text failed"; }
+  fi
   # The same job on one host (dedicated PS ranks 0 and 1; roles are numbered the same way).
   rm -rf "$work/host-ckpt"
   "$launcher" -n 4 "${flags[@]}" "$bin/drtrain" --num-ps 2 --ps-placement first --threads 1 --eval false \
-    --batch-size 64 --deterministic --wire "$wire" --max-steps 30 --checkpoint-dir "$work/host-ckpt" > "$work/host.log" 2>&1 \
+    --batch-size 64 --deterministic ${model_flags[@]+"${model_flags[@]}"} \
+    --wire "$wire" --max-steps 30 --checkpoint-dir "$work/host-ckpt" > "$work/host.log" 2>&1 \
     || { cat "$work/host.log"; fail "the single-host reference job failed"; }
 fi
 
