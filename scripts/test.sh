@@ -11,7 +11,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
-# Each phase's wall time, printed as it ends and again at the end (the suite's budget is 40 min).
+# Each phase's wall time, printed as it ends and again at the end (the suite's budget is 50 min).
 timings=()
 phase() {
   local name=$1 start=$SECONDS

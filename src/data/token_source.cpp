@@ -56,15 +56,7 @@ class TokenSource final : public SampleSource {
   void read(const std::vector<std::int64_t>& indices, float* images, std::int32_t* labels) override {
     if (indices.empty()) return;
     DRT_ASSERT(images && labels, "SampleSource::read needs image and label buffers");
-    order_.resize(indices.size());
-    for (std::size_t i = 0; i < indices.size(); ++i) {
-      const std::int64_t index = indices[i];
-      if (index < 0 || index >= info_.count)
-        throw Error(str(info_.name, ": window index ", index, " (position ", i, " of the request) is outside [0, ",
-                        info_.count, ")"));
-      order_[i] = {index, static_cast<std::int64_t>(i)};
-    }
-    std::sort(order_.begin(), order_.end());
+    sort_request(info_, indices, "window", order_);
 
     std::lock_guard<std::recursive_mutex> lock(h5::hdf5_mutex());
     const auto t = static_cast<std::size_t>(context_);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace drt::data {
@@ -41,6 +42,12 @@ class SampleSource {
   virtual std::vector<float> mean() const { return {}; }
   virtual std::vector<float> stddev() const { return {}; }
 };
+
+// A read request in file order: `order` becomes the (index, position in the request) pairs of
+// `indices`, sorted by index, so that a source reads each chunk once however the request is
+// shuffled. Throws drt::Error for an index outside [0, info.count) (`unit`: "sample", "window").
+void sort_request(const SourceInfo& info, const std::vector<std::int64_t>& indices, const char* unit,
+                  std::vector<std::pair<std::int64_t, std::int64_t>>& order);
 
 // x / 255 for every byte value: how every source turns uint8 pixels into floats (the same floats
 // as dividing each pixel), so IDX files and HDF5 files of the same bytes train identically.
