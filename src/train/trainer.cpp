@@ -234,8 +234,10 @@ void print_setup(const Job& job, Reporter& out) {
   out.line(str("exchange ", c.exchange.describe(job.topo.num_nodes())));
   if (c.exchange.mode.relaxed())
     out.line(str("sync-mode ", ps::to_string(c.exchange.mode),
-                 ": the chief reports its own steps and evaluates alone; a stop signal stops every worker at "
-                 "the step after the furthest one (PS 0 decides it)"));
+                 ": the chief reports its own steps and evaluates alone; a stop signal stops ",
+                 c.exchange.mode.per_gradient()
+                     ? "each worker at its next step boundary (a cut: each resumes at its own step)"
+                     : "every worker at the step after the furthest one (PS 0 decides it)"));
   if (c.parse_straggler().worker >= 0)
     out.line(str("straggler (an experiment): worker ", c.parse_straggler().worker, "'s steps are slowed ",
                  c.parse_straggler().factor, "x"));
@@ -364,7 +366,9 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     if (!is_ps && x.wall_s > 0) data_wait = std::max(data_wait, x.data_wait_s / x.wall_s);
   }
   const ps::SyncMode mode = job.config.exchange.mode;
-  double dropped = 0.0, staleness_sum = 0.0, samples = 0.0;
+  // Relaxed modes: every worker's samples over the longest worker's time (the chief's own time
+  // can be far shorter: a chief resumed at or past --max-steps trains nothing).
+  double dropped = 0.0, staleness_sum = 0.0, samples = 0.0, worker_wall = 0.0;
   double lookahead = 0.0;
   std::int64_t staleness_max = 0, staleness_count = 0, max_lead = 0;
   std::string skipped;
@@ -381,6 +385,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     const RankReport& r = all[static_cast<std::size_t>(topo.worker_world_ranks()[static_cast<std::size_t>(w)])];
     max_lead = std::max(max_lead, r.max_lead);
     samples += static_cast<double>(r.samples_computed);
+    worker_wall = std::max(worker_wall, r.wall_s);
     skipped += str(w ? ", " : "", r.skipped_steps);
     worker_steps += str(w ? "," : "", r.steps);
   }
@@ -415,7 +420,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("dataset", job.config.dataset)
       .add("test_accuracy", c.test_accuracy)
       .add("test_loss", c.test_loss)
-      .add("samples_per_s", mode.relaxed() && c.wall_s > 0 ? samples / c.wall_s : c.samples_per_s)
+      .add("samples_per_s", mode.relaxed() && worker_wall > 0 ? samples / worker_wall : c.samples_per_s)
       .add("wall_s", wall_s)
       .add("steps", c.steps)
       .add("ranks", topo.world_size())
@@ -429,7 +434,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
       .add("data_wait_fraction", data_wait)
       .add("sync_mode", ps::to_string(mode));
   if (lm) {
-    const double samples_per_s = mode.relaxed() && c.wall_s > 0 ? samples / c.wall_s : c.samples_per_s;
+    const double samples_per_s = mode.relaxed() && worker_wall > 0 ? samples / worker_wall : c.samples_per_s;
     summary.add("context", static_cast<std::int64_t>(tokens))
         .add("tokens_per_s", samples_per_s * tokens)
         .add("model_tflops", samples_per_s * tokens * job.spec.training_flops_per_token() / 1e12)

@@ -75,8 +75,16 @@ class Trial:
             self.args(directory, steps) + (["--resume"] if resume else [])
 
     def newest_step(self):
+        """The furthest step of the newest checkpoint: its name, or under ssp/async the furthest
+        worker's step (such a checkpoint is named after the gradients applied / W, and async
+        workers can stand far apart at a cut: a final run to name + --steps would end before a
+        worker's own position, seen on a loaded machine: worker_steps [938, 862] in ckpt 900)."""
         steps = [int(f[5:-3]) for f in os.listdir(self.dir) if re.fullmatch(r"ckpt-\d+\.h5", f)]
-        return max(steps) if steps else 0
+        if not steps:
+            return 0
+        with h5py.File(os.path.join(self.dir, f"ckpt-{max(steps):08d}.h5"), "r") as h:
+            workers = [int(x) for x in h.attrs["worker_steps"]] if "worker_steps" in h.attrs else []
+        return max([max(steps)] + workers)
 
     def check_directory(self, log):
         files = sorted(os.listdir(self.dir))
