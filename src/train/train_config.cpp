@@ -1,5 +1,6 @@
 #include "drtrain/train/train_config.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -75,6 +76,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("timeline-max-spans", po::value<std::size_t>(&c.timeline_max_spans)->default_value(c.timeline_max_spans),
        "--timeline: spans each rank keeps (its first ones; about 40 bytes each); later ones are counted as dropped")
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
+      ("peak-tflops", po::value<double>(&c.peak_tflops)->default_value(c.peak_tflops, "0"),
+       "the peak TFLOP/s of one tower's device at the precision trained (e.g. 989 for an H100 SXM's dense bf16): "
+       "language models then report MFU, model FLOP/s over the towers' peak (0: no MFU)")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
       ("overlap", po::value<bool>(&c.overlap)->default_value(c.overlap),
@@ -189,6 +193,9 @@ void TrainConfig::validate() const {
     throw ConfigError(str("unknown --device '", device, "'; choices: auto, cpu, cuda"));
   backend::parse_cpu_gemm(cpu_gemm, "--cpu-gemm");  // ConfigError naming the flag
   if (log_every < 1) throw ConfigError(str("--log-every must be at least 1 (got ", log_every, ")"));
+  if (!(peak_tflops >= 0.0) || !std::isfinite(peak_tflops))
+    throw ConfigError(str("--peak-tflops must be a finite number >= 0 (TFLOP/s of one tower's device; 0: no MFU), got ",
+                          peak_tflops));
   if (threads < 0) throw ConfigError(str("--threads must be >= 0 (got ", threads, ")"));
   if (bucket_kib < 1) throw ConfigError("--bucket-kib must be at least 1");
   if (eval_every < 0) throw ConfigError(str("--eval-every must be >= 0 (got ", eval_every, "; 0: at epoch ends only)"));
@@ -233,10 +240,11 @@ std::string TrainConfig::to_ini() const {
     << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\ncpu-gemm = " << cpu_gemm
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
     << "\ntimeline-max-spans = " << timeline_max_spans << "\nstop-signals = " << stop_signals
-    << "\nlog-every = " << log_every << "\nthreads = " << threads << "\noverlap = " << (overlap ? "true" : "false")
-    << "\nbucket-kib = " << bucket_kib << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false")
-    << "\neval-every = " << eval_every << "\ncheckpoint-dir = " << checkpoint_dir
-    << "\ncheckpoint-every = " << checkpoint_every << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << "\nlog-every = " << log_every << "\npeak-tflops = " << peak_tflops << "\nthreads = " << threads
+    << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
+    << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false") << "\neval-every = " << eval_every
+    << "\ncheckpoint-dir = " << checkpoint_dir << "\ncheckpoint-every = " << checkpoint_every
+    << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
     << "\ncheckpoint-start = " << (checkpoint_start ? "true" : "false")
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)

@@ -439,6 +439,10 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
         .add("tokens_per_s", samples_per_s * tokens)
         .add("model_tflops", samples_per_s * tokens * job.spec.training_flops_per_token() / 1e12)
         .add("test_perplexity", std::exp(c.test_loss));
+    // Every worker's tokens over every tower's peak (samples_per_s is the job's, in every mode).
+    const double peak = job.config.peak_tflops * 1e12 * job.config.towers * topo.num_workers();
+    summary.add_if(peak > 0, "mfu",
+                   peak > 0 ? samples_per_s * tokens * job.spec.training_flops_per_token() / peak : 0.0);
   }
   if (mode.kind == ps::SyncKind::kBackup) summary.add("dropped_steps", dropped).add("skipped_steps", skipped);
   if (mode.per_gradient())

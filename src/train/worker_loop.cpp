@@ -484,11 +484,19 @@ class WorkerLoop {
     const double accuracy = tally_.correct / std::max(1.0, tally_.samples);
     const double per_step = 1e3 / std::max(1, interval_steps_);
     const Stragglers s = relaxed_ ? Stragglers{} : stragglers(what);
+    // MFU (--peak-tflops): the rate is every worker's under sync (summed above), the chief's own
+    // under the relaxed modes, so the peak is that of the towers it counts.
+    const double peak_flops =
+        job_.config.peak_tflops * 1e12 * job_.config.towers * (relaxed_ ? 1 : topo_.num_workers());
+    const bool mfu = language_model() && flops_per_token_ > 0 && peak_flops > 0;
     const std::string measures =
         language_model()
             ? str("loss ", fixed(loss, 4), "  ppl ", fixed(std::exp(loss), 2), "  token acc ", fixed(accuracy, 4), "  ",
                   static_cast<long>(rate), " tokens/s",
-                  flops_per_token_ > 0 ? str(" (", fixed(rate * flops_per_token_ / 1e9, 1), " GFLOP/s)") : "")
+                  flops_per_token_ > 0
+                      ? str(" (", fixed(rate * flops_per_token_ / 1e9, 1), " GFLOP/s",
+                            mfu ? str(", MFU ", fixed(100.0 * rate * flops_per_token_ / peak_flops, 1), "%") : "", ")")
+                      : "")
             : str("loss ", fixed(loss, 4), "  train acc ", fixed(accuracy, 4), "  ", static_cast<long>(rate),
                   " samples/s");
     out_.line(str("epoch ", batch.epoch + 1, "/", job_.config.epochs, " step ", batch.step_in_epoch + 1, "/",
@@ -508,6 +516,7 @@ class WorkerLoop {
                     .add_if(language_model(), "tokens_per_s", rate)
                     .add_if(language_model(), "perplexity", std::exp(loss))
                     .add_if(language_model() && flops_per_token_ > 0, "model_tflops", rate * flops_per_token_ / 1e12)
+                    .add_if(mfu, "mfu", mfu ? rate * flops_per_token_ / peak_flops : 0.0)
                     .add("lr", current_lr(step))
                     .add_object("ms_per_step", JsonLine()
                                                    .add("data", phases_.data * per_step)

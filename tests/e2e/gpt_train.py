@@ -7,7 +7,7 @@ by drtrain-data into a byte-level token set (scripts/make_text_corpus.sh does th
   fixture  converts the corpus (DIR/pydoc.h5) and writes the bad token files
   learn    gpt:2-2-64 at context 64, 1 PS + 2 workers, AdamW with warm-up and cosine decay, 120
            steps: the test loss falls from ln 256 = 5.55 nats (uniform) below 3.3, and the
-           progress lines report tokens/s, perplexity and model GFLOP/s
+           progress lines report tokens/s, perplexity, model GFLOP/s and MFU (--peak-tflops)
   resume   --deterministic, 2 PS + 2 workers x 2 towers: a run stopped by SIGTERM after step 12
            (exit 75) and resumed ends bitwise where an uninterrupted 30-step run ends; the step-12
            checkpoint also resumes on another layout (1 PS + 1 worker); the export of the tied
@@ -84,16 +84,22 @@ class Case:
         _, out = self.drtrain(3, "--model", "gpt:2-2-64", "--context", "64", "--optimizer", "adamw", "--lr", "3e-3",
                               "--lr-schedule", "cosine", "--warmup-steps", "10", "--min-lr", "3e-4",
                               "--batch-size", "16", "--max-steps", "120", "--log-every", "40",
-                              "--test-samples", "400")
+                              "--test-samples", "400", "--peak-tflops", "0.05")
         s = self.summary(out)
-        print({k: s.get(k) for k in ("test_loss", "test_perplexity", "tokens_per_s", "model_tflops")})
+        print({k: s.get(k) for k in ("test_loss", "test_perplexity", "tokens_per_s", "model_tflops", "mfu")})
+        # MFU: the model's FLOP/s over the peak of every tower (2 workers x 1 tower x 0.05 TFLOP/s)
+        if not abs(s["mfu"] - s["model_tflops"] / (2 * 0.05)) <= 1e-9 * s["mfu"] or not s["mfu"] > 0:
+            raise SystemExit(f"FAIL: mfu {s['mfu']} is not model_tflops {s['model_tflops']} / (2 x 0.05)")
+        if len(re.findall(r"GFLOP/s, MFU \d+\.\d%\)", out)) != 3:
+            print(out)
+            raise SystemExit("FAIL: each of the 3 progress lines should end its rate with ', MFU N.N%)'")
         if not s["test_loss"] < 3.3:
             print(out)
             raise SystemExit(f"FAIL: gpt:2-2-64 after 120 steps: test loss {s['test_loss']} (expected < 3.3; "
                              f"uniform is 5.55)")
         if abs(s["test_perplexity"] - np.exp(s["test_loss"])) > 1e-6 * s["test_perplexity"]:
             raise SystemExit(f"FAIL: test_perplexity {s['test_perplexity']} is not exp(test_loss {s['test_loss']})")
-        for needle in ("tokens/s (", "GFLOP/s)", "  ppl ", "token windows of --context 64", "final test: loss"):
+        for needle in ("tokens/s (", "GFLOP/s", "  ppl ", "token windows of --context 64", "final test: loss"):
             expect(out, needle, "the language model's report")
         losses = self.losses(out)
         if len(losses) != 3 or not losses[0] > losses[-1]:

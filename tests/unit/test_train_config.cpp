@@ -121,6 +121,19 @@ TEST(TrainConfig, ErrorsNameTheProblem) {
   EXPECT_NE(message.find(bad), std::string::npos) << message;
 }
 
+// --peak-tflops: off by default, survives --print-config, refuses what is not a peak.
+TEST(TrainConfig, PeakTflops) {
+  EXPECT_EQ(parse({})->peak_tflops, 0.0);
+  const TrainConfig c = *parse({"--peak-tflops", "989"});
+  EXPECT_EQ(c.peak_tflops, 989.0);
+  const TrainConfig back = *parse({"--config", write_file("drt_peak.ini", c.to_ini())});
+  EXPECT_EQ(back.peak_tflops, 989.0);
+  EXPECT_NE(c.to_ini().find("peak-tflops = 989\n"), std::string::npos);
+  for (const char* bad : {"-1", "nan", "inf"})
+    EXPECT_NE(error_of({"--peak-tflops", bad}).find("--peak-tflops must be a finite number >= 0"), std::string::npos)
+        << bad;
+}
+
 // --decay-rule, --grad-clip and --cosine-steps: defaults, the round trip through --print-config,
 // and the errors (each names the flag and what to do).
 TEST(TrainConfig, DecayRuleGradClipAndCosineSteps) {

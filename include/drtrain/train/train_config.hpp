@@ -50,7 +50,11 @@ struct TrainConfig {
   std::string stop_signals =
       "TERM,USR1";  // core/stop_signals.hpp; "none": default actions  // spans a rank keeps for --timeline (Timeline)
   int log_every = 50;  // steps between progress lines and metrics records
-  int threads = 0;     // BLAS threads per worker; 0: cores on the node / workers on the node
+  // The peak FLOP/s of one tower's device in TFLOP/s (dense, at the precision trained): a
+  // language model's progress lines, metrics and summary then give its MFU, the model FLOP/s
+  // achieved over the peak of the towers that achieved them. 0: no MFU (drtrain does not guess).
+  double peak_tflops = 0.0;
+  int threads = 0;  // BLAS threads per worker; 0: cores on the node / workers on the node
   // Overlap the exchange with compute (a worker's exchange thread: push during backward, pull
   // during the next forward) where possible (CPU or GPU towers, --sync-mode sync, --rma-sync
   // passive, MPI with MPI_THREAD_SERIALIZED); off by default (docs/ARCHITECTURE.md, where it pays).
