@@ -24,31 +24,14 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import time
 
 import h5py
 
-from e2e_util import Job, run
+from e2e_util import Job, drtrain_ranks, run
 
 HANG_TIMEOUT = 20
 EVERY = 7
-
-
-def drtrain_ranks(marker):
-    """PIDs of the drtrain processes whose command line holds `marker`."""
-    ranks = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].endswith(b"/drtrain") and marker.encode() in argv:
-            ranks.append(int(pid))
-    return ranks
 
 
 class Trial:

@@ -60,7 +60,7 @@ import time
 import h5py
 import numpy as np
 
-from e2e_util import Job, expect, run
+from e2e_util import Job, drtrain_ranks, expect, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -263,8 +263,8 @@ class Case:
         # Any checkpoint: with --keep 3 at a millisecond a step, the one after 50 updates may be
         # gone before a poll sees it.
         job.wait_for(lambda: glob.glob(os.path.join(d, "ckpt-*.h5")), "a first checkpoint", directory=d)
-        job.wait_for(lambda: len(self.drtrain_ranks(d)) == 3, "3 drtrain ranks", directory=d)
-        os.kill(sorted(self.drtrain_ranks(d))[-1], signal.SIGTERM)  # the highest pid: some rank, PS or worker
+        job.wait_for(lambda: len(drtrain_ranks(d)) == 3, "3 drtrain ranks", directory=d)
+        os.kill(sorted(drtrain_ranks(d))[-1], signal.SIGTERM)  # the highest pid: some rank, PS or worker
         code, out = job.finish(directory=d)
         steps = stopped_at(code, out, "external SIGTERM")
         final = os.path.join(d, f"ckpt-{steps:08d}.h5")
@@ -555,7 +555,7 @@ class Case:
             if not published():
                 first.terminate()
                 raise SystemExit(f"FAIL: runs: the first job published no checkpoint\n{first.communicate()[0]}")
-            ranks = self.drtrain_ranks(busy)
+            ranks = drtrain_ranks(busy)
             code, out = train("--max-steps", "5", "--resume", "--checkpoint-dir", busy, expect_ok=False)
             refused(code, out, "a second job on a directory in use", f"--checkpoint-dir {busy} is in use by another job",
                     os.path.join(busy, ".lock"), "another --checkpoint-dir")
@@ -589,20 +589,6 @@ class Case:
         self.refused(code, out, "another model",
                      "the checkpoint holds --model mlp:784-32-10, this run has --model mlp:784-16-10")
 
-    def drtrain_ranks(self, marker):
-        """PIDs of the drtrain processes whose command line holds `marker`."""
-        ranks = []
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if argv[0].endswith(b"/drtrain") and marker.encode() in argv:
-                ranks.append(int(pid))
-        return ranks
 
     def kill_until_done(self, args, d, duration, rng):
         """Runs the job with --resume, killing a random rank at a random moment within `duration`,
@@ -619,8 +605,8 @@ class Case:
                 job.proc.wait(timeout=delay)
             except subprocess.TimeoutExpired:
                 # Start-up: the ranks may not exist yet; the moment is when they do.
-                job.wait_for(lambda: self.drtrain_ranks(d) or job.proc.poll() is not None, "drtrain ranks")
-                ranks = self.drtrain_ranks(d)
+                job.wait_for(lambda: drtrain_ranks(d) or job.proc.poll() is not None, "drtrain ranks")
+                ranks = drtrain_ranks(d)
                 if ranks:
                     try:
                         os.kill(rng.choice(sorted(ranks)), signal.SIGKILL)

@@ -43,6 +43,22 @@ def run(cmd, expect_ok=True, env=None, timeout=HANG_GUARD_S):
     return proc.returncode, out
 
 
+def drtrain_ranks(marker):
+    """PIDs of the drtrain processes whose command line holds `marker`."""
+    ranks = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"/drtrain") and marker.encode() in argv:
+            ranks.append(int(pid))
+    return ranks
+
+
 def expect(text, needle, what):
     if needle not in text:
         print(text)
