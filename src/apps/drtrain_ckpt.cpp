@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
@@ -28,6 +29,7 @@
 #include "drtrain/io/checkpoint.hpp"
 #include "drtrain/nn/generate.hpp"
 #include "drtrain/nn/model_graph.hpp"
+#include "tool_flags.hpp"
 
 namespace {
 
@@ -76,18 +78,28 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return "[" + drt::join(parts, ", ") + "]";
 }
 
+// Where the data cursor stands, in 1-based words: at an epoch's end (a 15-epoch run's last
+// checkpoint is "15 done", not "epoch 16, step 1"), or within one.
+std::string epoch_text(std::int64_t epoch, std::int64_t step_in_epoch) {
+  if (step_in_epoch == 0)
+    return epoch == 0 ? std::string("1, before its first step")
+                      : drt::str(epoch, " done (a resumed run starts epoch ", epoch + 1, ")");
+  return drt::str(epoch + 1, ", after its step ", step_in_epoch, " (a resumed run goes on at step ", step_in_epoch + 1,
+                  " of it)");
+}
+
 int info(const CheckpointFile& f) {
   const auto& m = f.meta();
   std::printf("format_version   %lld\ndrtrain_version  %s\ncreated          %s\nstep             %lld\n"
-              "epoch            %lld (next step %lld of the epoch)\nsamples_seen     %lld\nglobal_batch     %lld\n"
+              "epoch            %s\nsamples_seen     %lld\nglobal_batch     %lld\n"
               "model            %s\noptimizer        %s\nlayout           %lld PS, %lld workers, %lld towers\n"
               "seed             %llu\nchecksum         %016llx\n",
               static_cast<long long>(m.format_version), m.drtrain_version.c_str(), m.created.c_str(),
-              static_cast<long long>(m.step), static_cast<long long>(m.epoch) + 1,
-              static_cast<long long>(m.step_in_epoch) + 1, static_cast<long long>(m.samples_seen),
-              static_cast<long long>(m.global_batch), m.model.c_str(), m.optimizer_config.c_str(),
-              static_cast<long long>(m.num_ps), static_cast<long long>(m.num_workers), static_cast<long long>(m.towers),
-              static_cast<unsigned long long>(m.seed), static_cast<unsigned long long>(m.checksum));
+              static_cast<long long>(m.step), epoch_text(m.epoch, m.step_in_epoch).c_str(),
+              static_cast<long long>(m.samples_seen), static_cast<long long>(m.global_batch), m.model.c_str(),
+              m.optimizer_config.c_str(), static_cast<long long>(m.num_ps), static_cast<long long>(m.num_workers),
+              static_cast<long long>(m.towers), static_cast<unsigned long long>(m.seed),
+              static_cast<unsigned long long>(m.checksum));
   // Which run wrote it (docs/CHECKPOINT_FORMAT.md, "Runs").
   const std::string parent =
       m.parent_step < 0 ? std::string("none (a run from scratch)")
@@ -129,19 +141,29 @@ int stats(const CheckpointFile& f) {
 }
 
 int diff(const CheckpointFile& a, const CheckpointFile& b, double rtol) {
-  bool over = false;
   const auto names_a = a.datasets(), names_b = b.datasets();
   if (names_a != names_b) {
-    std::printf("the files hold different tensors\n");
+    std::vector<std::string> sa = names_a, sb = names_b, only_a, only_b;
+    std::sort(sa.begin(), sa.end());
+    std::sort(sb.begin(), sb.end());
+    std::set_difference(sa.begin(), sa.end(), sb.begin(), sb.end(), std::back_inserter(only_a));
+    std::set_difference(sb.begin(), sb.end(), sa.begin(), sa.end(), std::back_inserter(only_b));
+    std::printf("the files hold different tensors: only in A: %s; only in B: %s\n",
+                only_a.empty() ? "none" : drt::join(only_a, " ").c_str(),
+                only_b.empty() ? "none" : drt::join(only_b, " ").c_str());
     return 1;
   }
-  std::printf("%-40s %14s %14s\n", "tensor", "max |a-b|", "max rel");
+  bool over = false, identical = true;
+  char row[512];
+  std::snprintf(row, sizeof row, "%-40s %14s %14s\n", "tensor", "max |a-b|", "max rel");
+  std::string table = row;
   for (const std::string& d : names_a) {
     const auto x = a.read(d), y = b.read(d);
     if (x.shape != y.shape) {
-      std::printf("%-40s shapes differ: %s vs %s\n", d.c_str(), shape_text(x.shape).c_str(),
-                  shape_text(y.shape).c_str());
-      over = true;
+      std::snprintf(row, sizeof row, "%-40s shapes differ: %s vs %s\n", d.c_str(), shape_text(x.shape).c_str(),
+                    shape_text(y.shape).c_str());
+      table += row;
+      over = true, identical = false;
       continue;
     }
     double max_abs = 0, max_rel = 0;
@@ -151,9 +173,17 @@ int diff(const CheckpointFile& a, const CheckpointFile& b, double rtol) {
       if (std::isnan(diff) && !(std::isnan(x.values[i]) && std::isnan(y.values[i]))) max_abs = max_rel = INFINITY;
       max_abs = std::max(max_abs, diff), max_rel = std::max(max_rel, rel);
     }
-    std::printf("%-40s %14.6g %14.6g\n", d.c_str(), max_abs, max_rel);
+    identical = identical && max_abs == 0 &&
+                std::memcmp(x.values.data(), y.values.data(), x.values.size() * sizeof(float)) == 0;
+    std::snprintf(row, sizeof row, "%-40s %14.6g %14.6g\n", d.c_str(), max_abs, max_rel);
+    table += row;
     over = over || max_rel > rtol;
   }
+  if (identical) {  // one line: nothing to tabulate
+    std::printf("identical: all %zu tensors bitwise equal\n", names_a.size());
+    return 0;
+  }
+  std::fputs(table.c_str(), stdout);
   std::printf(over ? "differences beyond --rtol %g\n" : "within --rtol %g\n", rtol);
   return over ? 1 : 0;
 }
@@ -436,10 +466,7 @@ auto naming(const char* path, Fn&& fn) -> decltype(fn()) {
 }
 
 int run(int argc, char** argv) {
-  if (argc == 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {
-    std::fputs(kHelp, stdout);
-    return 0;
-  }
+  if (drt::apps::answer_help_or_version(argc, argv, "drtrain-ckpt", kHelp)) return 0;
   if (argc < 3) return usage("missing arguments");
   const std::string command = argv[1];
   if (command == "sample") return sample(argc, argv);

@@ -39,6 +39,7 @@
 #include "drtrain/data/token_convert.hpp"
 #include "drtrain/data/token_format.hpp"
 #include "drtrain/data/token_source.hpp"
+#include "tool_flags.hpp"
 
 namespace {
 
@@ -618,17 +619,9 @@ int plan(int argc, char** argv) {
 }
 
 int run(int argc, char** argv) {
+  if (drt::apps::answer_help_or_version(argc, argv, "drtrain-data", kUsage)) return 0;  // also convert --help
   if (argc < 2) throw UsageError("missing command");
   const std::string command = argv[1];
-  if (command == "-h" || command == "--help" || command == "help") {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  for (int i = 2; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {  // drtrain-data convert --help
-      std::printf("%s", kUsage);
-      return 0;
-    }
   if (command == "convert") return convert(argc, argv);
   if (command == "info") return info(argc, argv);
   if (command == "verify") return verify(argc, argv);

@@ -1,6 +1,8 @@
 #include "drtrain/core/strings.hpp"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "drtrain/core/error.hpp"
 
@@ -16,6 +18,26 @@ std::string human_bytes(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.2f %s", bytes, kUnits[unit]);
   return buf;
+}
+
+std::string shortest(double value) {
+  char buf[64];
+  if (std::abs(value) < 1e15 && value == std::floor(value)) {  // whole numbers as such: 300, not 3e+02
+    std::snprintf(buf, sizeof buf, "%.0f", value);
+    return buf;
+  }
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, value);
+    if (std::strtod(buf, nullptr) == value) break;  // NaN never compares equal: 17 digits ("nan")
+  }
+  std::string text = buf;
+  const std::size_t e = text.find('e');  // 1e-08 -> 1e-8, as a user writes it
+  if (e != std::string::npos) {
+    std::size_t digit = e + 1 + (text[e + 1] == '-' || text[e + 1] == '+' ? 1 : 0);
+    while (digit + 1 < text.size() && text[digit] == '0') text.erase(digit, 1);
+    if (text[e + 1] == '+') text.erase(e + 1, 1);
+  }
+  return text;
 }
 
 std::string fixed(double value, int decimals) {

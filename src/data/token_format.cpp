@@ -174,6 +174,11 @@ DataKind data_kind(const std::string& file) {
   return data.tokens ? DataKind::kTokens : DataKind::kImages;
 }
 
+bool has_split(const std::string& file, const std::string& split) {
+  std::lock_guard<std::recursive_mutex> lock(h5::hdf5_mutex());
+  return h5::has_split(h5::open_data_file(file), split);
+}
+
 TokenSplitHeader read_token_header(const std::string& file, const std::string& split) {
   std::lock_guard<std::recursive_mutex> lock(h5::hdf5_mutex());
   h5::TokenSplit s = h5::open_token_split(h5::open_data_file(file), split, std::size_t{1} << 20);

@@ -1,5 +1,9 @@
 #include "drtrain/train/cli_options.hpp"
 
+#include <set>
+#include <string>
+#include <vector>
+
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 
@@ -38,6 +42,20 @@ std::string po_error_message(const po::error& e) {
   return e.what();
 }
 
+po::typed_value<double>* number(double& out) { return po::value<double>(&out)->default_value(out, shortest(out)); }
+
+po::typed_value<bool>* on_off(bool& out) {
+  return po::value<bool>(&out)->default_value(out, out ? "true" : "false")->implicit_value(true, "true");
+}
+
+void keep_last_occurrence(po::parsed_options& parsed) {
+  std::set<std::string> later;
+  std::vector<po::option> kept;
+  for (auto it = parsed.options.rbegin(); it != parsed.options.rend(); ++it)
+    if (it->string_key.empty() || later.insert(it->string_key).second) kept.push_back(*it);
+  parsed.options.assign(kept.rbegin(), kept.rend());
+}
+
 po::options_description layout_options(LayoutOptions& out) {
   po::options_description d("Layout");
   // One option a line (clang-format 14 runs add_options() chains together).
@@ -73,7 +91,7 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
       ("grad-push", choice(out.push, ps::to_string(out.push), ps::parse_grad_push),
        "how gradients reach the PS: accumulate (MPI_SUM, any order) | ordered (worker order, "
        "reproducible; passive only) | slots (= --deterministic)")
-      ("deterministic", po::bool_switch(&out.deterministic),
+      ("deterministic", on_off(out.deterministic),
        "per-worker gradient slots summed in worker order: bitwise reproducible whatever the "
        "arrival order; W x gradient memory on each PS (same as --grad-push slots); on GPUs also only "
        "deterministic cuDNN algorithms")
@@ -90,7 +108,7 @@ po::options_description exchange_options(ps::ExchangeConfig& out) {
        "node, 128 across nodes")
       ("poll-nap-us", po::value<int>(&out.max_nap_us)->default_value(out.max_nap_us),
        "longest sleep between two polls of a waiting rank, microseconds (shorter: less latency, more CPU)")
-      ("hang-timeout", po::value<double>(&out.hang_timeout_s)->default_value(out.hang_timeout_s),
+      ("hang-timeout", number(out.hang_timeout_s),
        "seconds a rank waits for a peer before it reports the peer and aborts the job");
   // clang-format on
   return d;
@@ -103,18 +121,18 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
   d.add_options()
       ("optimizer", choice(out.kind, optim::to_string(out.kind), optim::parse_optimizer),
        "sgd | adam | adamw")
-      ("lr", po::value<double>(&out.lr)->default_value(out.lr), "base learning rate")
-      ("momentum", po::value<double>(&out.momentum)->default_value(out.momentum), "sgd momentum (0: plain SGD)")
-      ("nesterov", po::bool_switch(&out.nesterov), "Nesterov momentum (sgd)")
-      ("beta1", po::value<double>(&out.beta1)->default_value(out.beta1), "adam/adamw beta1")
-      ("beta2", po::value<double>(&out.beta2)->default_value(out.beta2), "adam/adamw beta2")
-      ("eps", po::value<double>(&out.eps)->default_value(out.eps), "adam/adamw epsilon")
-      ("weight-decay", po::value<double>(&out.weight_decay)->default_value(out.weight_decay),
+      ("lr", number(out.lr), "base learning rate")
+      ("momentum", number(out.momentum), "sgd momentum (0: plain SGD)")
+      ("nesterov", on_off(out.nesterov), "Nesterov momentum (sgd)")
+      ("beta1", number(out.beta1), "adam/adamw beta1")
+      ("beta2", number(out.beta2), "adam/adamw beta2")
+      ("eps", number(out.eps), "adam/adamw epsilon")
+      ("weight-decay", number(out.weight_decay),
        "L2 (sgd, adam) or decoupled (adamw) weight decay")
       ("decay-rule", choice(out.decay_rule, to_string(out.decay_rule), parse_decay_rule),
        "which tensors --weight-decay applies to: matrices (the weights of linear and conv layers; not biases, "
        "norms, embeddings) | all; a model file node's decay=true|false overrides it for its tensors")
-      ("grad-clip", po::value<double>(&out.grad_clip)->default_value(out.grad_clip),
+      ("grad-clip", number(out.grad_clip),
        "clip each step's mean gradient to this global L2 norm (torch.nn.utils.clip_grad_norm_: scaled by "
        "min(1, MAX / (norm + 1e-6))); 0: off. --sync-mode sync or backup:B; each PS then applies a step only "
        "once all of its blocks are in")
@@ -124,9 +142,9 @@ po::options_description optimizer_options(optim::OptimizerConfig& out) {
        "linear warmup steps")
       ("lr-decay-steps", po::value<std::int64_t>(&out.schedule.decay_steps)->default_value(out.schedule.decay_steps),
        "step schedule: decay every N steps")
-      ("lr-decay-rate", po::value<double>(&out.schedule.decay_rate)->default_value(out.schedule.decay_rate),
+      ("lr-decay-rate", number(out.schedule.decay_rate),
        "step schedule: multiply the lr by this")
-      ("min-lr", po::value<double>(&out.schedule.min_lr)->default_value(out.schedule.min_lr),
+      ("min-lr", number(out.schedule.min_lr),
        "cosine schedule: final learning rate")
       ("cosine-steps", po::value<std::int64_t>(&out.schedule.total_steps)->default_value(out.schedule.total_steps),
        "cosine schedule: the step at which the lr reaches --min-lr, and stays there (nanoGPT's lr_decay_iters); "
@@ -142,6 +160,7 @@ po::parsed_options parse_flags(int argc, char** argv, const po::options_descript
       throw ConfigError(
           str("unexpected argument '", o.original_tokens.empty() ? std::string() : o.original_tokens.front(),
               "': options only (--name value or --name=value); a value with spaces needs quotes; see --help"));
+  keep_last_occurrence(parsed);
   return parsed;
 }
 

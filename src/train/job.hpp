@@ -51,6 +51,14 @@ struct WorkerData {
   data::Normalization normalize;
 };
 
+// The data set a worker trains on, opened as --dataset, --data-file, --test-file, --test-samples,
+// --augment and --normalize say; ConfigError for anything wrong with them (trainer.cpp).
+WorkerData open_worker_data(const TrainConfig& c);
+
+// One sample's shape as the model sees it: C x H x W images, or a token window of T = width ids
+// (a sequence of T positions of one value each).
+nn::TensorShape sample_shape(int channels, int height, int width, bool tokens);
+
 // What a rank measured, gathered at the end for the summary.
 struct RankReport {
   double wall_s = 0.0;        // from the start of training to the end
@@ -59,8 +67,9 @@ struct RankReport {
   double data_wait_s = 0.0;   // worker: waiting for the data loader
   double peak_rss_mib = 0.0;  // the process's peak resident memory (getrusage), set at the end
   double test_accuracy = 0.0, test_loss = 0.0, samples_per_s = 0.0;  // chief only
-  std::int64_t steps = 0;  // the step counter at the end: total_steps, or fewer when stopped
-  int stop_signal = 0;     // the signal that stopped the run early, 0 if none
+  double test_samples = 0.0;  // chief: samples of the last evaluation (0: none, e.g. --eval false)
+  std::int64_t steps = 0;     // the step counter at the end: total_steps, or fewer when stopped
+  int stop_signal = 0;        // the signal that stopped the run early, 0 if none
   // --sync-mode backup/ssp/async (what the mode did; zero under sync):
   std::int64_t skipped_steps = 0;     // worker: steps skipped to catch up (backup)
   std::int64_t max_lead = 0;          // worker: most steps ahead of the slowest worker (ssp)

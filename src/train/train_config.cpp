@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "drtrain/backend/backend.hpp"
@@ -58,9 +59,9 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "model replicas per worker (with --device cuda: GPUs per worker)")
       ("device", po::value<std::string>(&c.device)->default_value(c.device),
        "auto | cpu | cuda: where workers train (auto: cuda when a GPU is visible, else cpu)")
-      ("cuda-tf32", po::value<bool>(&c.cuda_tf32)->default_value(c.cuda_tf32),
+      ("cuda-tf32", on_off(c.cuda_tf32),
        "allow TF32 tensor cores in cuBLAS and cuDNN (faster; ~1e-3 relative error)")
-      ("cuda-debug-sync", po::value<bool>(&c.cuda_debug_sync)->default_value(c.cuda_debug_sync)->implicit_value(true),
+      ("cuda-debug-sync", on_off(c.cuda_debug_sync),
        "wait for the GPU after every CUDA call, so errors name the call that caused them (slow)")
       ("cpu-gemm", po::value<std::string>(&c.cpu_gemm)->default_value(c.cpu_gemm),
        "auto | openblas | onednn: the library of CPU towers' matrix products (auto: oneDNN when drtrain is built "
@@ -76,12 +77,12 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("timeline-max-spans", po::value<std::size_t>(&c.timeline_max_spans)->default_value(c.timeline_max_spans),
        "--timeline: spans each rank keeps (its first ones; about 40 bytes each); later ones are counted as dropped")
       ("log-every", po::value<int>(&c.log_every)->default_value(c.log_every), "steps between progress lines")
-      ("peak-tflops", po::value<double>(&c.peak_tflops)->default_value(c.peak_tflops, "0"),
+      ("peak-tflops", number(c.peak_tflops),
        "the peak TFLOP/s of one tower's device at the precision trained (e.g. 989 for an H100 SXM's dense bf16): "
        "language models then report MFU, model FLOP/s over the towers' peak (0: no MFU)")
       ("threads", po::value<int>(&c.threads)->default_value(c.threads),
        "BLAS threads per worker (0: cores on the node / workers on the node)")
-      ("overlap", po::value<bool>(&c.overlap)->default_value(c.overlap),
+      ("overlap", on_off(c.overlap),
        "overlap the exchange with compute on a worker thread: push gradients during backward, pull "
        "parameters during the next forward (CPU or GPU towers, --rma-sync passive, --sync-mode sync; see "
        "docs/ARCHITECTURE.md for where it is faster)")
@@ -90,7 +91,7 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "times as long (e.g. 3:3), to measure --sync-mode against a slow worker")
       ("bucket-kib", po::value<std::size_t>(&c.bucket_kib)->default_value(c.bucket_kib),
        "--overlap: gradients leave in buckets of whole layers of at least this many KiB")
-      ("eval", po::value<bool>(&c.eval)->default_value(c.eval), "evaluate on the test set after every epoch and at the end")
+      ("eval", on_off(c.eval), "evaluate on the test set after every epoch and at the end")
       ("eval-every", po::value<std::int64_t>(&c.eval_every)->default_value(c.eval_every),
        "also evaluate every this many steps (0: at epoch ends only); each evaluation's metrics record has "
        "the seconds since training started (time to accuracy)")
@@ -99,14 +100,14 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "run from scratch needs a directory without checkpoints")
       ("checkpoint-every", po::value<std::int64_t>(&c.checkpoint_every)->default_value(c.checkpoint_every),
        "steps between checkpoints (0: none)")
-      ("checkpoint-secs", po::value<double>(&c.checkpoint_secs)->default_value(c.checkpoint_secs),
+      ("checkpoint-secs", number(c.checkpoint_secs),
        "seconds between checkpoints (0: none)")
-      ("checkpoint-start", po::value<bool>(&c.checkpoint_start)->default_value(c.checkpoint_start)->implicit_value(true),
+      ("checkpoint-start", on_off(c.checkpoint_start),
        "with --checkpoint-dir, a run from scratch also saves its initial state (ckpt-00000000.h5: the initial "
        "parameters and zero optimizer state) before its first step; a resumed run starts from a checkpoint already")
       ("keep", po::value<int>(&c.keep)->default_value(c.keep),
        "newest checkpoints of this run's line to keep (other runs' files are never removed)")
-      ("checkpoint-async", po::value<bool>(&c.checkpoint_async)->default_value(c.checkpoint_async),
+      ("checkpoint-async", on_off(c.checkpoint_async),
        "write checkpoints during training in the background from a snapshot of each PS's shard (training "
        "pauses only for the copy; costs one more copy of the parameters and optimizer state on each PS); "
        "false: training waits for each save")
@@ -115,6 +116,34 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
        "from a file (--resume FILE)");
   // clang-format on
   return d;
+}
+
+// Where each option given was set: "the command line" or "--config FILE" (the command line wins).
+using Origins = std::map<std::string, std::string>;
+
+// A --grad-push given (on the command line or in an INI) that another setting overrides is an
+// error naming both and where each came from, not a setting silently ignored (an INI's
+// "deterministic = true" with "--grad-push accumulate" on the command line trained with slots).
+void check_grad_push_given(const TrainConfig& c, const po::variables_map& vm, const Origins& origins) {
+  if (vm["grad-push"].defaulted() || c.exchange.grad_push() == c.exchange.push) return;
+  const auto from = [&origins](const std::string& key) {
+    const auto it = origins.find(key);
+    return it == origins.end() ? std::string("default") : it->second;
+  };
+  std::string other;
+  std::string fix;
+  if (c.exchange.deterministic) {
+    other = str("--deterministic (", from("deterministic"), ")");
+    fix = "--deterministic false, or drop --grad-push";
+  } else if (c.exchange.wire == ps::Wire::kBf16) {
+    other = str("--wire bf16 (", from("wire"), ")");
+    fix = "--wire fp32, or drop --grad-push";
+  } else {
+    other = str("--sync-mode ", ps::to_string(c.exchange.mode), " (", from("sync-mode"), ")");
+    fix = "--sync-mode sync, or drop --grad-push";
+  }
+  throw ConfigError(str("--grad-push ", ps::to_string(c.exchange.push), " (", from("grad-push"), ") contradicts ",
+                        other, ", which pushes gradients into per-worker slots (--grad-push slots); pass ", fix));
 }
 
 const char* kVersionText = "drtrain " DRT_VERSION_STRING " (CUDA backend: "
@@ -222,9 +251,10 @@ void TrainConfig::validate() const {
                           "there is no step's mean gradient to take the norm of, and a norm per gradient would need "
                           "every PS to agree on it before applying, the synchronisation those modes drop; "
                           "use --grad-clip 0 or another --sync-mode"));
-  optim::OptimizerConfig check = optimizer;
-  if (check.schedule.total_steps == 0) check.schedule.total_steps = check.schedule.warmup_steps + 1;  // set per run
-  check.validate();
+  optim::OptimizerConfig resolved = optimizer;
+  if (resolved.schedule.total_steps == 0)
+    resolved.schedule.total_steps = resolved.schedule.warmup_steps + 1;  // per run
+  resolved.validate();
 }
 
 std::string TrainConfig::to_ini() const {
@@ -240,29 +270,31 @@ std::string TrainConfig::to_ini() const {
     << "\ncuda-debug-sync = " << (cuda_debug_sync ? "true" : "false") << "\ncpu-gemm = " << cpu_gemm
     << "\nseed = " << seed << "\nmetrics = " << metrics << "\ntimeline = " << timeline
     << "\ntimeline-max-spans = " << timeline_max_spans << "\nstop-signals = " << stop_signals
-    << "\nlog-every = " << log_every << "\npeak-tflops = " << peak_tflops << "\nthreads = " << threads
+    << "\nlog-every = " << log_every << "\npeak-tflops = " << shortest(peak_tflops) << "\nthreads = " << threads
     << "\noverlap = " << (overlap ? "true" : "false") << "\nbucket-kib = " << bucket_kib
     << "\nstraggler = " << straggler << "\neval = " << (eval ? "true" : "false") << "\neval-every = " << eval_every
     << "\ncheckpoint-dir = " << checkpoint_dir << "\ncheckpoint-every = " << checkpoint_every
-    << "\ncheckpoint-secs = " << checkpoint_secs << "\nkeep = " << keep
+    << "\ncheckpoint-secs = " << shortest(checkpoint_secs) << "\nkeep = " << keep
     << "\ncheckpoint-start = " << (checkpoint_start ? "true" : "false")
     << "\ncheckpoint-async = " << (checkpoint_async ? "true" : "false")
     << (resume.empty() ? std::string() : "\nresume = " + resume)
     << "\n\n# layout and exchange\nnum-ps = " << layout.num_ps
     << "\nps-placement = " << comm::to_string(layout.placement) << "\nexpect-ranks = " << layout.expect_ranks
     << "\nsync-mode = " << ps::to_string(exchange.mode) << "\nlookahead = " << ps::to_string(exchange.lookahead)
-    << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.push)
+    << "\nrma-sync = " << ps::to_string(exchange.sync) << "\ngrad-push = " << ps::to_string(exchange.grad_push())
     << "\ndeterministic = " << (exchange.deterministic ? "true" : "false")
     << "\nwire = " << ps::to_string(exchange.wire) << "\nshard-plan = " << ps::to_string(exchange.plan)
-    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << exchange.hang_timeout_s
-    << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << optimizer.lr
-    << "\nmomentum = " << optimizer.momentum << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")
-    << "\nbeta1 = " << optimizer.beta1 << "\nbeta2 = " << optimizer.beta2 << "\neps = " << optimizer.eps
-    << "\nweight-decay = " << optimizer.weight_decay << "\ndecay-rule = " << to_string(optimizer.decay_rule)
-    << "\ngrad-clip = " << optimizer.grad_clip << "\nlr-schedule = " << optim::to_string(optimizer.schedule.kind)
+    << "\nrma-chunk-kib = " << exchange.chunk_bytes / 1024 << "\nhang-timeout = " << shortest(exchange.hang_timeout_s)
+    << "\n\n# optimizer\noptimizer = " << optim::to_string(optimizer.kind) << "\nlr = " << shortest(optimizer.lr)
+    << "\nmomentum = " << shortest(optimizer.momentum) << "\nnesterov = " << (optimizer.nesterov ? "true" : "false")
+    << "\nbeta1 = " << shortest(optimizer.beta1) << "\nbeta2 = " << shortest(optimizer.beta2)
+    << "\neps = " << shortest(optimizer.eps) << "\nweight-decay = " << shortest(optimizer.weight_decay)
+    << "\ndecay-rule = " << to_string(optimizer.decay_rule) << "\ngrad-clip = " << shortest(optimizer.grad_clip)
+    << "\nlr-schedule = " << optim::to_string(optimizer.schedule.kind)
     << "\nwarmup-steps = " << optimizer.schedule.warmup_steps << "\nlr-decay-steps = " << optimizer.schedule.decay_steps
-    << "\nlr-decay-rate = " << optimizer.schedule.decay_rate << "\nmin-lr = " << optimizer.schedule.min_lr
-    << "\ncosine-steps = " << optimizer.schedule.total_steps << "\n";
+    << "\nlr-decay-rate = " << shortest(optimizer.schedule.decay_rate)
+    << "\nmin-lr = " << shortest(optimizer.schedule.min_lr) << "\ncosine-steps = " << optimizer.schedule.total_steps
+    << "\n";
   return o.str();
 }
 
@@ -273,7 +305,11 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
   // One option a line (clang-format 14 runs add_options() chains together).
   // clang-format off
   general.add_options()("help,h", "show this help and exit")("version", "show the version and exit")
-      ("print-config", "print the resolved configuration as an INI file and exit");
+      ("print-config", "print the resolved configuration as an INI file and exit")
+      ("check", "work the job out on one process, without mpirun, and exit: the configuration, the model built for "
+       "the data set's shape, the layout, the parameter count and each role's memory (exit 1 when a node could "
+       "not hold it); the job's size: --expect-ranks N, or the ranks mpirun gives, or --num-ps + 1")
+      ("dry-run", "the same as --check");
   // clang-format on
   po::options_description all(
       "drtrain: synchronous data-parallel training with sharded parameter servers over MPI RMA\n"
@@ -284,14 +320,20 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
       .add(exchange_options(c.exchange))
       .add(optimizer_options(c.optimizer));
   po::variables_map vm;
+  Origins origins;
   try {
-    po::store(parse_flags(argc, argv, all), vm);
+    const po::parsed_options flags = parse_flags(argc, argv, all);
+    for (const po::option& o : flags.options) origins[o.string_key] = "the command line";
+    po::store(flags, vm);
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
       std::ifstream file(path);
       if (!file) throw ConfigError(str("--config ", path, ": cannot open the file"));
       try {
-        po::store(po::parse_config_file(file, all), vm);  // values already set by the command line stay
+        po::parsed_options ini = po::parse_config_file(file, all);
+        keep_last_occurrence(ini);  // a key set twice in the file: its last line wins
+        for (const po::option& o : ini.options) origins.emplace(o.string_key, "--config " + path);
+        po::store(ini, vm);  // values already set by the command line stay
       } catch (const po::error& e) {
         throw ConfigError(str("--config ", path, ": ", po_error_message(e)));
       }
@@ -309,6 +351,8 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
     return std::nullopt;
   }
   c.validate();
+  check_grad_push_given(c, vm, origins);
+  c.check = vm.count("check") > 0 || vm.count("dry-run") > 0;
   if (vm.count("print-config")) {
     if (print) std::cout << c.to_ini();
     return std::nullopt;

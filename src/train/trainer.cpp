@@ -36,6 +36,7 @@
 #include "drtrain/ps/server.hpp"
 #include "checkpointer.hpp"
 #include "job.hpp"
+#include "memory_estimate.hpp"
 #include "reporter.hpp"
 #include "stop_vote.hpp"
 
@@ -57,6 +58,15 @@ int choose_blas_threads(const TrainConfig& c, const comm::Topology& topo) {
   return std::max(1, cores_available() / std::max(1, workers_here));
 }
 
+// A data file without /test cannot be evaluated on: say how to evaluate (or not) before training.
+void require_test_split(const TrainConfig& c) {
+  if (c.test_file.empty() && !data::has_split(c.data_file, "test"))
+    throw ConfigError(str(c.data_file,
+                          " has no /test split to evaluate on: pass --test-file FILE (a data file whose "
+                          "/test holds the same kind of samples; drtrain-data convert writes one), or --eval false "
+                          "to train without evaluation"));
+}
+
 // The data set's splits for --dataset hdf5: /train of --data-file, /test of --test-file or
 // --data-file (not opened without evaluation). Both must describe the same images and classes,
 // or (a token data set) the same vocabulary, cut into windows of --context tokens.
@@ -65,6 +75,7 @@ void open_hdf5_splits(const TrainConfig& c, WorkerData& d) {
     if (c.context <= 0)
       throw ConfigError(str(c.data_file, " holds a token stream: pass --context T, the tokens per sample (the "
                                          "model's context, e.g. 256)"));
+    if (c.eval) require_test_split(c);
     data::TokenSources s = data::open_token_sources(c.data_file, c.test_file, c.context, c.eval);
     d.train = std::move(s.train);
     d.test = std::move(s.test);
@@ -75,6 +86,7 @@ void open_hdf5_splits(const TrainConfig& c, WorkerData& d) {
                           " holds images: leave --context out"));
   d.train = data::open_hdf5_source(c.data_file, "train");
   if (!c.eval) return;
+  require_test_split(c);
   d.test = data::open_hdf5_source(c.test_file.empty() ? c.data_file : c.test_file, "test");
   const data::SourceInfo &tr = d.train->info(), &te = d.test->info();
   if (tr.channels != te.channels || tr.height != te.height || tr.width != te.width || tr.classes != te.classes)
@@ -83,34 +95,46 @@ void open_hdf5_splits(const TrainConfig& c, WorkerData& d) {
                           tr.classes, " classes; train and test must match"));
 }
 
+}  // namespace
+
+WorkerData open_worker_data(const TrainConfig& c) {
+  WorkerData d;
+  if (c.dataset == "synthetic") {
+    const std::array<int, 3> dims = c.synthetic_dims();
+    d.train = data::make_memory_source(data::make_synthetic(c.synthetic_train, dims[0], dims[1], dims[2], 10, c.seed));
+    d.test =
+        data::make_memory_source(data::make_synthetic(c.synthetic_test, dims[0], dims[1], dims[2], 10, c.seed + 1));
+  } else if (c.dataset == "hdf5") {
+    open_hdf5_splits(c, d);
+  } else {
+    d.train = data::make_memory_source(data::load_fashion_mnist(c.data_dir, true));
+    d.test = data::make_memory_source(data::load_fashion_mnist(c.data_dir, false));
+  }
+  const data::SourceInfo& info = d.train->info();
+  if (info.count > std::numeric_limits<int>::max())
+    throw ConfigError(str(info.name, " holds ", info.count, " samples; drtrain trains on at most ",
+                          std::numeric_limits<int>::max(), " per data set"));
+  // --test-samples: the first N test images (a quick evaluation of a long or a test run).
+  if (d.test) d.test = data::make_prefix_source(std::move(d.test), c.test_samples);
+  d.augment = data::parse_augmentation(c.augment);
+  d.normalize = data::parse_normalization(c.normalize, info.channels, d.train->mean(), d.train->stddev(), info.name);
+  return d;
+}
+
+nn::TensorShape sample_shape(int channels, int height, int width, bool tokens) {
+  // A token data set's samples are T token ids (as floats): a sequence of T positions of one
+  // value each (GPT_DESIGN: c = T, w = 1), and the model's output per-token logits.
+  return tokens ? nn::TensorShape::seq(1, width, 1) : nn::TensorShape{1, channels, height, width};
+}
+
+namespace {
+
 // Workers open the data; a failure on any rank becomes the same ConfigError everywhere.
 WorkerData load_data(const TrainConfig& c, const comm::Topology& topo) {
   WorkerData d;
   std::optional<std::string> error;
   try {
-    if (topo.is_worker()) {
-      if (c.dataset == "synthetic") {
-        const std::array<int, 3> dims = c.synthetic_dims();
-        d.train =
-            data::make_memory_source(data::make_synthetic(c.synthetic_train, dims[0], dims[1], dims[2], 10, c.seed));
-        d.test =
-            data::make_memory_source(data::make_synthetic(c.synthetic_test, dims[0], dims[1], dims[2], 10, c.seed + 1));
-      } else if (c.dataset == "hdf5") {
-        open_hdf5_splits(c, d);
-      } else {
-        d.train = data::make_memory_source(data::load_fashion_mnist(c.data_dir, true));
-        d.test = data::make_memory_source(data::load_fashion_mnist(c.data_dir, false));
-      }
-      const data::SourceInfo& info = d.train->info();
-      if (info.count > std::numeric_limits<int>::max())
-        throw ConfigError(str(info.name, " holds ", info.count, " samples; drtrain trains on at most ",
-                              std::numeric_limits<int>::max(), " per data set"));
-      // --test-samples: the first N test images (a quick evaluation of a long or a test run).
-      if (d.test) d.test = data::make_prefix_source(std::move(d.test), c.test_samples);
-      d.augment = data::parse_augmentation(c.augment);
-      d.normalize =
-          data::parse_normalization(c.normalize, info.channels, d.train->mean(), d.train->stddev(), info.name);
-    }
+    if (topo.is_worker()) d = open_worker_data(c);
   } catch (const ConfigError& e) {
     error = e.what();
   }
@@ -130,10 +154,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   if (d.test) facts[1] = static_cast<int>(d.test->info().count);
   const int chief = topo.worker_world_ranks().front();
   DRT_MPI_CHECK(MPI_Bcast(facts, 7, MPI_INT, chief, topo.world().get()));
-  // A token data set's samples are T token ids (as floats): a sequence of T positions of one
-  // value each (GPT_DESIGN: c = T, w = 1), and the model's output per-token logits.
-  nn::TensorShape input{1, facts[2], facts[3], facts[4]};
-  if (facts[6]) input = nn::TensorShape::seq(1, facts[4], 1);
+  const nn::TensorShape input = sample_shape(facts[2], facts[3], facts[4], facts[6] != 0);
   // Every rank reads the model (a model file may differ between nodes: a stale copy) and checks
   // it against the data's shape; any rank's error, or a difference, is one ConfigError everywhere.
   std::optional<nn::ModelGraph> graph;
@@ -164,6 +185,40 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   job.blas_threads = choose_blas_threads(c, topo);
   job.devices = plan_devices(c, topo);
   return job;
+}
+
+// Refuses, on every rank, a job whose estimated memory (memory_estimate.hpp) exceeds a node's:
+// each node sums the estimates of its ranks before anything large is allocated.
+void check_memory(const Job& job) {
+  const comm::Topology& topo = job.topo;
+  int gpu_towers = topo.is_worker() && job.devices.kind == backend::DeviceKind::kCuda ? 1 : 0;
+  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &gpu_towers, 1, MPI_INT, MPI_MAX, topo.world().get()));
+  MemoryInputs in;
+  in.config = &job.config;
+  in.spec = &job.spec;
+  in.train_count = job.train_count;
+  in.test_count = job.config.eval ? job.test_count : 0;
+  in.sample_floats = job.spec.input().per_sample();
+  in.targets = job.spec.input().positions();
+  in.num_ps = topo.num_ps();
+  in.num_workers = topo.num_workers();
+  in.largest_shard = job.plan.largest_shard();
+  in.towers_on_gpu = gpu_towers != 0;
+  const MemoryEstimate e = estimate_memory(in);
+  double here[4] = {topo.is_ps() ? e.ps_bytes() : e.worker_bytes(), topo.is_worker() ? 1.0 : 0.0,
+                    topo.is_ps() ? 1.0 : 0.0, e.resident};
+  DRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, here, 4, MPI_DOUBLE, MPI_SUM, topo.node_comm().get()));
+  int node_rank = 0;
+  DRT_MPI_CHECK(MPI_Comm_rank(topo.node_comm().get(), &node_rank));
+  std::optional<std::string> error;
+  try {
+    if (node_rank == 0)
+      refuse_if_too_large(here[0], node_available_bytes() + here[3], e, static_cast<int>(here[1]),
+                          static_cast<int>(here[2]), str("node ", host_name()));
+  } catch (const ConfigError& x) {
+    error = x.what();
+  }
+  comm::raise_if_any(topo.world(), error);
 }
 
 // What the PS side will write, checked on the ranks that write it before any window exists:
@@ -216,15 +271,15 @@ void print_setup(const Job& job, Reporter& out) {
   const std::string where = c.dataset == "synthetic" ? std::string("synthetic")
                             : c.dataset == "hdf5"    ? c.data_file + (c.test_file.empty() ? "" : " + " + c.test_file)
                                                      : c.data_dir;
+  const std::string tested = c.eval ? str(job.test_count, " test") : std::string("no test (--eval false)");
   if (in.sequence)
     out.line(str("data ", where, ": token windows of --context ", in.positions(), " (each with its ", in.positions(),
-                 " next-token targets): ", job.train_count, " train, ", job.test_count, " test; vocabulary ",
-                 job.spec.classes(), "; ", fixed(job.spec.training_flops_per_token() / 1e6, 2),
+                 " next-token targets): ", job.train_count, " train, ", tested, "; vocabulary ", job.spec.classes(),
+                 "; ", fixed(job.spec.training_flops_per_token() / 1e6, 2),
                  " MFLOP of training per token (6 x parameters + attention)"));
   else
-    out.line(str("data ", where, ": ", job.train_count, " train, ", job.test_count, " test images of ", in.c, "x", in.h,
-                 "x", in.w, ", ", job.spec.classes(), " classes; pixels / 255, normalize ", c.normalize, ", augment ",
-                 c.augment));
+    out.line(str("data ", where, ": ", job.train_count, " train, ", tested, " images of ", in.c, "x", in.h, "x", in.w,
+                 ", ", job.spec.classes(), " classes; pixels / 255, normalize ", c.normalize, ", augment ", c.augment));
   out.line(str("batch ", c.batch_size, " = ", w, " worker(s) x ", c.towers, " tower(s) x ",
                c.batch_size / (w * c.towers), "; ", job.steps_per_epoch, " steps per epoch, ", job.total_steps,
                " steps in all; BLAS threads per worker ", job.blas_threads));
@@ -413,13 +468,18 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
                " MiB per PS (the largest); workers waited for data ", fixed(100.0 * data_wait, 2),
                "% of the time (the most)"));
   JsonLine summary;
+  // What was not measured is null (JsonLine writes NaN so), not 0: a run with --eval false, or
+  // one stopped before its first evaluation, has no test accuracy.
+  const double unmeasured = std::numeric_limits<double>::quiet_NaN();
+  const double test_accuracy = c.test_samples > 0 ? c.test_accuracy : unmeasured;
+  const double test_loss = c.test_samples > 0 ? c.test_loss : unmeasured;
   const bool lm = job.spec.wiring().back().output.sequence;
   const double tokens = job.spec.wiring().back().output.positions();
   summary.add("summary", true)
       .add("model", job.config.model)
       .add("dataset", job.config.dataset)
-      .add("test_accuracy", c.test_accuracy)
-      .add("test_loss", c.test_loss)
+      .add("test_accuracy", test_accuracy)
+      .add("test_loss", test_loss)
       .add("samples_per_s", mode.relaxed() && worker_wall > 0 ? samples / worker_wall : c.samples_per_s)
       .add("wall_s", wall_s)
       .add("steps", c.steps)
@@ -438,7 +498,7 @@ void final_report(const Job& job, const RankReport& mine, double wall_s, Reporte
     summary.add("context", static_cast<std::int64_t>(tokens))
         .add("tokens_per_s", samples_per_s * tokens)
         .add("model_tflops", samples_per_s * tokens * job.spec.training_flops_per_token() / 1e12)
-        .add("test_perplexity", std::exp(c.test_loss));
+        .add("test_perplexity", std::exp(test_loss));
     // Every worker's tokens over every tower's peak (samples_per_s is the job's, in every mode).
     const double peak = job.config.peak_tflops * 1e12 * job.config.towers * topo.num_workers();
     summary.add_if(peak > 0, "mfu",
@@ -464,6 +524,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   comm::require_same(topo.world(), comm::fingerprint(config.to_ini()), "the configuration");
   WorkerData data = load_data(config, topo);
   Job job = make_job(config, topo, data);
+  check_memory(job);
   Timeline timeline(!config.timeline.empty(), config.timeline_max_spans);
   job.timeline = &timeline;
   std::optional<Reporter> reporter;

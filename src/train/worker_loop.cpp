@@ -258,6 +258,7 @@ class WorkerLoop {
     r.data_wait_s = data_wait_s_;
     r.test_accuracy = last_eval_.samples > 0 ? last_eval_.correct / last_eval_.samples : 0.0;
     r.test_loss = last_eval_.samples > 0 ? last_eval_.loss / last_eval_.samples : 0.0;
+    r.test_samples = last_eval_.samples;
     r.samples_per_s = r.wall_s > 0 ? static_cast<double>(samples_trained_) / r.wall_s : 0.0;
     r.skipped_steps = skipped_steps_;
     r.max_lead = exchange_.max_lead();

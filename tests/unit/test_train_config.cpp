@@ -4,12 +4,14 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/stop_signals.hpp"
+#include "drtrain/core/strings.hpp"
 #include "drtrain/train/train_config.hpp"
 
 namespace drt::train {
@@ -247,6 +249,98 @@ TEST(TrainConfig, HelpVersionAndPrintConfigStop) {
   EXPECT_FALSE(parse({"--help"}).has_value());
   EXPECT_FALSE(parse({"--version"}).has_value());
   EXPECT_FALSE(parse({"--print-config"}).has_value());
+}
+
+// Issue 34, item 1: an option given again overrides the earlier value (a job script's own flags,
+// then the user's), on the command line and within an INI; the command line still wins over --config.
+TEST(TrainConfig, LastValueWins) {
+  const TrainConfig c = *parse({"--lr", "0.1", "--num-ps", "2", "--lr", "0.2", "--checkpoint-dir", "/tmp/a",
+                                "--checkpoint-dir", "/tmp/b", "--num-ps", "1"});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.2);
+  EXPECT_EQ(c.layout.num_ps, 1);
+  EXPECT_EQ(c.checkpoint_dir, "/tmp/b");
+  const std::string file = write_file("drt_twice.ini", "epochs = 3\nepochs = 5\nlr = 0.3\n");
+  const TrainConfig f = *parse({"--config", file});
+  EXPECT_EQ(f.epochs, 5);
+  EXPECT_DOUBLE_EQ(f.optimizer.lr, 0.3);
+  EXPECT_DOUBLE_EQ(parse({"--config", file, "--lr", "0.4", "--lr", "0.5"})->optimizer.lr, 0.5);
+}
+
+// Item 2: every on/off option takes true/false (yes/no, on/off, 1/0) as a separate word or after
+// '=', and alone means true; so an INI's "deterministic = true" can be switched off.
+TEST(TrainConfig, OnOffOptionsCanBeSwitchedOff) {
+  EXPECT_TRUE(parse({"--deterministic"})->exchange.deterministic);
+  EXPECT_FALSE(parse({"--deterministic", "false"})->exchange.deterministic);
+  EXPECT_FALSE(parse({"--deterministic=false"})->exchange.deterministic);
+  EXPECT_FALSE(parse({"--deterministic", "--deterministic", "off"})->exchange.deterministic);
+  EXPECT_TRUE(parse({"--nesterov", "yes"})->optimizer.nesterov);
+  EXPECT_FALSE(parse({"--nesterov", "0"})->optimizer.nesterov);
+  EXPECT_TRUE(parse({"--overlap"})->overlap);
+  EXPECT_FALSE(parse({"--eval", "false"})->eval);
+  EXPECT_TRUE(parse({"--eval"})->eval);
+  const std::string ini = write_file("drt_det.ini", "deterministic = true\nnesterov = true\n");
+  EXPECT_TRUE(parse({"--config", ini})->exchange.deterministic);
+  const TrainConfig off = *parse({"--config", ini, "--deterministic", "false", "--grad-push", "accumulate"});
+  EXPECT_FALSE(off.exchange.deterministic);
+  EXPECT_EQ(off.exchange.grad_push(), ps::GradPush::kAccumulate);
+  EXPECT_TRUE(off.optimizer.nesterov);
+  EXPECT_NE(error_of({"--deterministic", "maybe"}).find("--deterministic"), std::string::npos);
+}
+
+// Item 2: options that contradict each other are an error naming both and where each was set,
+// instead of one being silently ignored; --print-config shows the push in effect.
+TEST(TrainConfig, ContradictionsNameBothAndWhereEachCameFrom) {
+  const std::string ini = write_file("drt_det_only.ini", "deterministic = true\n");
+  std::string m = error_of({"--config", ini, "--grad-push", "accumulate"});
+  EXPECT_NE(m.find("--grad-push accumulate (the command line) contradicts --deterministic (--config " + ini + ")"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("--deterministic false"), std::string::npos) << m;
+  m = error_of({"--wire", "bf16", "--grad-push", "accumulate"});
+  EXPECT_NE(m.find("contradicts --wire bf16 (the command line)"), std::string::npos) << m;
+  m = error_of({"--sync-mode", "async", "--grad-push", "accumulate"});
+  EXPECT_NE(m.find("contradicts --sync-mode async"), std::string::npos) << m;
+  // Saying the same thing twice is no contradiction.
+  EXPECT_NO_THROW(parse({"--deterministic", "--grad-push", "slots"}));
+  const TrainConfig d = *parse({"--config", ini});
+  EXPECT_NE(d.to_ini().find("grad-push = slots\n"), std::string::npos);
+  const TrainConfig back = *parse({"--config", write_file("drt_det_back.ini", d.to_ini())});
+  EXPECT_EQ(back.to_ini(), d.to_ini());
+}
+
+// Item 3: --help shows defaults as a user writes them.
+TEST(TrainConfig, HelpShowsDefaultsAsWritten) {
+  std::vector<std::string> args{"drtrain", "--help"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ::testing::internal::CaptureStdout();
+  parse_train_config(static_cast<int>(argv.size()), argv.data(), true);
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(help.find("--lr arg (=0.05)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--eps arg (=1e-8)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--hang-timeout arg (=300)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--deterministic [=arg(=true)] (=false)"), std::string::npos) << help;
+  EXPECT_EQ(help.find("000000000"), std::string::npos) << help;  // no 0.050000000000000003
+  EXPECT_NE(help.find("--check"), std::string::npos) << help;
+  EXPECT_NE(help.find("--dry-run"), std::string::npos) << help;
+}
+
+TEST(Strings, ShortestReadsBackTheSameDouble) {
+  EXPECT_EQ(shortest(0.05), "0.05");
+  EXPECT_EQ(shortest(300.0), "300");
+  EXPECT_EQ(shortest(1e-8), "1e-8");
+  EXPECT_EQ(shortest(0.999), "0.999");
+  EXPECT_EQ(shortest(-2.5), "-2.5");
+  EXPECT_EQ(shortest(1e20), "1e20");
+  for (double v : {0.1, 1.0 / 3.0, 6.02214076e23, 5e-324, 0.30000000000000004})
+    EXPECT_EQ(std::strtod(shortest(v).c_str(), nullptr), v) << shortest(v);
+}
+
+// --check and --dry-run set the check mode; a run is not a check.
+TEST(TrainConfig, CheckAndDryRun) {
+  EXPECT_FALSE(parse({})->check);
+  EXPECT_TRUE(parse({"--check"})->check);
+  EXPECT_TRUE(parse({"--dry-run", "--model", "cnn"})->check);
 }
 
 // Found by fuzz/fuzz_config: Boost.Program_options fills its messages by replacing %name%

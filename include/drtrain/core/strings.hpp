@@ -19,6 +19,10 @@ std::string str(const Args&... args) {
 // "1.50 MiB", "12.0 GiB", "512 B"
 std::string human_bytes(double bytes);
 
+// shortest(0.05) == "0.05": the shortest text that reads back as the same double (%g with the
+// fewest digits that round-trip), as a user would write it; not 0.050000000000000003.
+std::string shortest(double value);
+
 // fixed(3.14159, 2) == "3.14"
 std::string fixed(double value, int decimals);
 

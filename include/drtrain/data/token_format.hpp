@@ -22,6 +22,9 @@ enum class DataKind { kImages, kTokens };
 // Throws ConfigError naming the file and the problem.
 DataKind data_kind(const std::string& file);
 
+// Whether FILE (a data-set file, its root checked as data_kind does) has the group /SPLIT.
+bool has_split(const std::string& file, const std::string& split);
+
 // One split of a token file, its header checked (open_token_source's checks).
 struct TokenSplitHeader {
   std::string file, split;      // split: "train" or "test"

@@ -19,6 +19,19 @@ struct LayoutOptions {
   int expect_ranks = 0;  // > 0: the world must have exactly this many ranks
 };
 
+// A number option whose --help shows its default as a user writes it ("(=0.05)", not
+// "(=0.050000000000000003)"): the shortest text that reads back as the same double.
+po::typed_value<double>* number(double& out);
+
+// An on/off option: "--flag" alone turns it on; "--flag false", "--flag=off", "--flag 0" (and
+// true/yes/on/1) set it either way, so a job script's or an INI's setting can be overridden.
+po::typed_value<bool>* on_off(bool& out);
+
+// Drops every earlier occurrence of an option that is given again: the last value wins, as in
+// most command lines ("--lr 0.1 ... --lr 0.2" trains at 0.2; a job script's own flags are
+// overridden by the ones appended after them) instead of Boost's "cannot be specified more than once".
+void keep_last_occurrence(po::parsed_options& parsed);
+
 po::options_description layout_options(LayoutOptions& out);
 po::options_description exchange_options(ps::ExchangeConfig& out);
 po::options_description optimizer_options(optim::OptimizerConfig& out);
@@ -29,7 +42,8 @@ po::options_description optimizer_options(optim::OptimizerConfig& out);
 std::string po_error_message(const po::error& e);
 
 // Parses argv against `desc` without storing it: flags only; a positional argument (a stray
-// word, a value missing its flag) throws ConfigError naming it. po::error passes through.
+// word, a value missing its flag) throws ConfigError naming it; of an option given twice, the
+// last value is kept (keep_last_occurrence). po::error passes through.
 po::parsed_options parse_flags(int argc, char** argv, const po::options_description& desc);
 
 // Parses argv against `desc` (parse_flags) and runs the notifiers. Unknown flags and malformed values become

@@ -81,6 +81,7 @@ struct TrainConfig {
   // on (train/checkpointer.hpp); false: the serve loop writes (no snapshot memory).
   bool checkpoint_async = true;
   std::string resume;  // "": fresh start; "latest": newest valid in checkpoint_dir; else a file
+  bool check = false;  // --check / --dry-run: work the job out and print it, train nothing (preflight.hpp)
 
   // Checks values that need no MPI (ranges, choices); ConfigError naming the flag.
   void validate() const;
