@@ -177,13 +177,18 @@ int print_summary(const std::string& file) {
     }
     return 0;
   }
+  std::string statistics;  // the train split's, stored for every split (drtrain --normalize stored)
   for (const std::string& split : list_splits(file)) {
     const SplitHeader h = read_split_header(file, split);
-    std::printf("wrote %s:/%s: %lld samples of %dx%dx%d %s (%s), %lld classes%s\n", file.c_str(), split.c_str(),
+    std::printf("wrote %s:/%s: %lld samples of %dx%dx%d %s (%s), %lld classes\n", file.c_str(), split.c_str(),
                 static_cast<long long>(h.count), h.channels, h.height, h.width, pixel_type_name(h.pixel_type),
-                layout_name(h.layout), static_cast<long long>(h.classes),
-                h.mean.empty() ? "" : drt::str(", mean ", floats_text(h.mean), " std ", floats_text(h.stddev)).c_str());
+                layout_name(h.layout), static_cast<long long>(h.classes));
+    if (!h.mean.empty()) statistics = drt::str("mean ", floats_text(h.mean), " std ", floats_text(h.stddev));
   }
+  if (!statistics.empty())
+    std::printf("per-channel statistics of the train split (drtrain --normalize stored uses them for both splits): "
+                "%s\n",
+                statistics.c_str());
   return 0;
 }
 
