@@ -312,6 +312,7 @@ TEST(TrainConfig, ContradictionsNameBothAndWhereEachCameFrom) {
 TEST(TrainConfig, HelpShowsDefaultsAsWritten) {
   std::vector<std::string> args{"drtrain", "--help"};
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (auto& a : args) argv.push_back(a.data());
   ::testing::internal::CaptureStdout();
   parse_train_config(static_cast<int>(argv.size()), argv.data(), true);
