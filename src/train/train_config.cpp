@@ -1,5 +1,7 @@
 #include "drtrain/train/train_config.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -120,6 +122,24 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
 
 // Where each option given was set: "the command line" or "--config FILE" (the command line wins).
 using Origins = std::map<std::string, std::string>;
+
+// For an error about options, where those that came from the INI file were set (the others came
+// from the command line or are defaults): " (--epochs, --lr: from --config run.ini)"; empty if none.
+std::string from_config_file(const std::string& message, const Origins& origins) {
+  std::vector<std::string> named;
+  std::string file;
+  for (std::size_t at = message.find("--"); at != std::string::npos; at = message.find("--", at + 2)) {
+    std::size_t end = at + 2;
+    while (end < message.size() && (std::isalnum(static_cast<unsigned char>(message[end])) || message[end] == '-'))
+      ++end;
+    const auto it = origins.find(message.substr(at + 2, end - at - 2));
+    const std::string flag = message.substr(at, end - at);
+    if (it == origins.end() || it->second.rfind("--config ", 0) != 0) continue;
+    if (std::find(named.begin(), named.end(), flag) == named.end()) named.push_back(flag);
+    file = it->second;
+  }
+  return named.empty() ? std::string() : str(" (", join(named, ", "), ": from ", file, ")");
+}
 
 // A --grad-push given (on the command line or in an INI) that another setting overrides is an
 // error naming both and where each came from, not a setting silently ignored (an INI's
@@ -350,7 +370,11 @@ std::optional<TrainConfig> parse_train_config(int argc, char** argv, bool print)
     if (print) std::cout << kVersionText << "\n";
     return std::nullopt;
   }
-  c.validate();
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(e.what(), from_config_file(e.what(), origins)));
+  }
   check_grad_push_given(c, vm, origins);
   c.check = vm.count("check") > 0 || vm.count("dry-run") > 0;
   if (vm.count("print-config")) {

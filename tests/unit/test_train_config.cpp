@@ -300,6 +300,11 @@ TEST(TrainConfig, ContradictionsNameBothAndWhereEachCameFrom) {
   EXPECT_NE(m.find("contradicts --wire bf16 (the command line)"), std::string::npos) << m;
   m = error_of({"--sync-mode", "async", "--grad-push", "accumulate"});
   EXPECT_NE(m.find("contradicts --sync-mode async"), std::string::npos) << m;
+  // Any other error about options set in an INI says which of them came from the file.
+  const std::string ranges = write_file("drt_fence.ini", "rma-sync = fence\n");
+  m = error_of({"--config", ranges, "--grad-push", "ordered"});
+  EXPECT_NE(m.find("--grad-push ordered needs --rma-sync passive"), std::string::npos) << m;
+  EXPECT_NE(m.find("(--rma-sync: from --config " + ranges + ")"), std::string::npos) << m;
   // Saying the same thing twice is no contradiction.
   EXPECT_NO_THROW(parse({"--deterministic", "--grad-push", "slots"}));
   const TrainConfig d = *parse({"--config", ini});
