@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <sstream>
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/strings.hpp"
@@ -36,12 +37,67 @@ std::vector<std::int64_t> dataset_shape(hid_t file, const std::string& path) {
   return std::vector<std::int64_t>(d.begin(), d.end());
 }
 
+// "a; b; c" -> {"a", "b", "c"}
+std::vector<std::string> split_fields(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (std::size_t at; (at = text.find("; ", from)) != std::string::npos; from = at + 2)
+    out.push_back(text.substr(from, at - from));
+  out.push_back(text.substr(from));
+  return out;
+}
+
 // Checks that the file holds exactly this model's tensors with these shapes, and these slots.
-void check_fits(hid_t file, const CheckpointMeta& m, const std::string& model, const ParamLayout& layout,
+// A definition's lines without its first "model NAME" line (the name is the words of --model).
+std::vector<std::string> definition_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!(lines.empty() && line.rfind("model ", 0) == 0)) lines.push_back(line);
+  return lines;
+}
+
+// The checkpoint's model is this run's: by definition where the file stores one.
+void check_same_model(const CheckpointMeta& m, const ResumeMatch& match) {
+  const std::string fix = ": pass the checkpoint's model (or restore the file), or start without --resume (or with "
+                          "another --checkpoint-dir)";
+  if (m.model_definition.empty() || match.model_definition.empty()) {
+    if (m.model != match.model)
+      throw ConfigError(str("the checkpoint holds --model ", m.model, ", this run has --model ", match.model, fix));
+    return;
+  }
+  const std::vector<std::string> ours = definition_lines(match.model_definition);
+  const std::vector<std::string> theirs = definition_lines(m.model_definition);
+  if (ours == theirs) return;
+  std::size_t i = 0;
+  while (i < ours.size() && i < theirs.size() && ours[i] == theirs[i]) ++i;
+  const auto line = [i](const std::vector<std::string>& lines) {
+    return i < lines.size() ? "'" + lines[i] + "'" : std::string("nothing (it ends before)");
+  };
+  throw ConfigError(str("--model ", match.model, " differs from the checkpoint's model (--model ", m.model,
+                        "): node line ", i + 1, " of the definition is ", line(ours), " here and ", line(theirs),
+                        " in the checkpoint (h5dump -a model_definition FILE shows its definition)", fix));
+}
+
+// The checkpoint's run trained on the same data (where the file says which).
+void check_same_data(const CheckpointMeta& m, const ResumeMatch& match) {
+  if (m.data_identity.empty() || match.data_identity.empty() || m.data_identity == match.data_identity) return;
+  const std::vector<std::string> ours = split_fields(match.data_identity), theirs = split_fields(m.data_identity);
+  std::vector<std::string> differ;
+  for (std::size_t i = 0; i < std::max(ours.size(), theirs.size()); ++i) {
+    const std::string a = i < ours.size() ? ours[i] : "-", b = i < theirs.size() ? theirs[i] : "-";
+    if (a != b) differ.push_back(str(a, " here, ", b, " in the checkpoint's run"));
+  }
+  throw ConfigError(str("the training data differs from the checkpoint's run: ", join(differ, "; "),
+                        ": pass the data set the run trained on (--dataset, --data-file, --context), or start "
+                        "without --resume (or with another --checkpoint-dir)"));
+}
+
+void check_fits(hid_t file, const CheckpointMeta& m, const ResumeMatch& match, const ParamLayout& layout,
                 const std::vector<std::string>& slot_names) {
-  if (m.model != model)
-    throw ConfigError(str("the checkpoint holds --model ", m.model, ", this run has --model ", model, ": pass --model ",
-                          m.model, ", or start without --resume (or with another --checkpoint-dir)"));
+  check_same_model(m, match);
+  check_same_data(m, match);
+  const std::string& model = match.model;
   const std::vector<std::string> slots = list_slots(file);  // by name
   std::vector<std::string> wanted = slot_names;
   std::sort(wanted.begin(), wanted.end());
@@ -117,7 +173,7 @@ FlatRange open_flat_range(hid_t file, const std::string& p, const TensorSpec& t,
 
 }  // namespace
 
-CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, const std::string& model,
+CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, const ResumeMatch& match,
                                const ParamLayout& layout, const std::vector<std::string>& slot_names,
                                const ShardView& shard) {
   quiet_hdf5_errors();
@@ -127,7 +183,7 @@ CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, co
     try {
       CheckpointFile check(path);
       H5Id file(DRT_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "opening " + path));
-      check_fits(file, check.meta(), model, layout, slot_names);
+      check_fits(file, check.meta(), match, layout, slot_names);
     } catch (...) {
       error = std::current_exception();
     }

@@ -126,6 +126,7 @@ void write_meta(hid_t file, const CheckpointMeta& m) {
   write_attribute(file, "global_batch", m.global_batch);
   write_attribute(file, "model", m.model);
   write_attribute(file, "model_definition", m.model_definition);
+  write_attribute(file, "data_identity", m.data_identity);
   write_attribute(file, "optimizer", m.optimizer);
   write_attribute(file, "optimizer_config", m.optimizer_config);
   write_attribute(file, "num_ps", m.num_ps);
@@ -170,6 +171,7 @@ CheckpointMeta read_meta(hid_t file) {
   m.global_batch = read_int_attribute(file, "global_batch");
   m.model = read_string_attribute(file, "model");
   if (has_attribute(file, "model_definition")) m.model_definition = read_string_attribute(file, "model_definition");
+  if (has_attribute(file, "data_identity")) m.data_identity = read_string_attribute(file, "data_identity");
   m.optimizer = read_string_attribute(file, "optimizer");
   m.optimizer_config = read_string_attribute(file, "optimizer_config");
   m.num_ps = read_int_attribute(file, "num_ps");

@@ -46,8 +46,9 @@ io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoin
     r.slots.emplace_back(size);
     view.slots.push_back(r.slots.back().data());
   }
-  io::CheckpointMeta meta =
-      io::read_checkpoint(job.topo.role_comm(), file, job.config.model, job.spec.layout(), slot_names(job), view);
+  io::CheckpointMeta meta = io::read_checkpoint(
+      job.topo.role_comm(), file, io::ResumeMatch{job.config.model, job.spec.graph().to_text(), job.data_identity},
+      job.spec.layout(), slot_names(job), view);
   if (job.topo.role_index() == 0) {
     const double dt = now_seconds() - t0;
     const double bytes = state_bytes(job);
@@ -464,6 +465,7 @@ io::CheckpointMeta Checkpointer::meta(const SavePoint& point) const {
   m.model = c.model;
   // HDF5 keeps attributes in the object header (64 KiB in all): a very large model is not stored.
   if (const std::string text = job_.spec.graph().to_text(); text.size() <= 32768) m.model_definition = text;
+  m.data_identity = job_.data_identity;
   m.optimizer = optim::to_string(job_.optimizer.kind);
   m.optimizer_config = job_.optimizer.describe();
   m.num_ps = job_.topo.num_ps();

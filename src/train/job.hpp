@@ -34,6 +34,7 @@ struct Job {
   optim::OptimizerConfig optimizer;  // with the schedule's total steps resolved
   int train_count = 0;
   int test_count = 0;
+  std::string data_identity{};  // the training data, as checkpoints record it (io::ResumeMatch)
   int steps_per_epoch = 0;
   std::int64_t total_steps = 0;
   int blas_threads = 1;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -129,6 +130,38 @@ nn::TensorShape sample_shape(int channels, int height, int width, bool tokens) {
 
 namespace {
 
+// The training data's identity (io::ResumeMatch): kind and sample shape, classes or vocabulary,
+// training samples, and a hash of the first 64 KiB of the file they come from (the seed of a
+// synthetic set): cheap, and it changes with the file whatever its name.
+std::string data_identity(const TrainConfig& c, const data::SourceInfo& info) {
+  std::string source = str("synthetic seed ", c.seed);
+  const std::string file = c.dataset == "hdf5"            ? c.data_file
+                           : c.dataset == "fashion-mnist" ? c.data_dir + "/train-images-idx3-ubyte.gz"
+                                                          : std::string();
+  if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    std::string head(std::size_t{64} << 10, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    head.resize(static_cast<std::size_t>(std::max<std::streamsize>(0, in.gcount())));
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(comm::fingerprint(head)));
+    source = str("file header ", hex);
+  }
+  const std::string shape = info.tokens ? str("token windows of ", info.width)
+                                        : str("images ", info.channels, "x", info.height, "x", info.width);
+  return str(shape, "; ", info.classes, info.tokens ? " token ids" : " classes", "; ", info.count, " train samples; ",
+             source);
+}
+
+// `text` of world rank `root` on every rank.
+std::string broadcast_string(const comm::Comm& comm, int root, std::string text) {
+  int size = static_cast<int>(text.size());
+  DRT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT, root, comm.get()));
+  text.resize(static_cast<std::size_t>(size));
+  DRT_MPI_CHECK(MPI_Bcast(text.data(), size, MPI_CHAR, root, comm.get()));
+  return text;
+}
+
 // Workers open the data; a failure on any rank becomes the same ConfigError everywhere.
 WorkerData load_data(const TrainConfig& c, const comm::Topology& topo) {
   WorkerData d;
@@ -171,6 +204,8 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   job.plan = c.exchange.shard_plan_for(job.spec.layout().total(), topo.num_ps(), topo.num_nodes());
   job.train_count = facts[0];
   job.test_count = facts[1];
+  job.data_identity =
+      broadcast_string(topo.world(), chief, d.train ? data_identity(c, d.train->info()) : std::string());
   // Validates the batch against workers x towers on every rank (ConfigError alike everywhere).
   const data::EpochPlan plan(job.train_count, c.batch_size, topo.num_workers(), c.towers, c.seed, 0);
   job.steps_per_epoch = plan.steps();
@@ -185,6 +220,28 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   job.blas_threads = choose_blas_threads(c, topo);
   job.devices = plan_devices(c, topo);
   return job;
+}
+
+// Tags the metrics records with this run's segment (its place in the line of runs: 0 from
+// scratch, one more per resume) and writes the segment's first record: where it starts.
+std::int64_t record_segment_start(const Job& job, const ResumePoint& resume, Reporter& out) {
+  const std::optional<io::Lineage> line = io::Lineage::parse(resume.lineage);
+  const std::int64_t segment = line && !line->empty() ? static_cast<std::int64_t>(line->entries().size()) - 1 : 0;
+  out.set_segment(segment, resume.run_id);
+  JsonLine start;
+  start.add("start", true).add("step", resume.step).add("updates", resume.updates).add("total_steps", job.total_steps);
+  if (!resume.file.empty()) start.add("resumed_from", resume.file).add("parent_run", resume.parent_run_id);
+  out.record(start);
+  return segment;
+}
+
+// --timeline of run segment N > 0 (a resumed run): FILE.segment-N.EXT next to FILE, so that each
+// segment's trace stays whole (its clock starts at its own start) and none overwrites another.
+std::string timeline_path(const std::string& path, std::int64_t segment) {
+  if (segment == 0) return path;
+  const std::size_t slash = path.rfind('/'), dot = path.rfind('.');
+  const bool ext = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return ext ? str(path.substr(0, dot), ".segment-", segment, path.substr(dot)) : str(path, ".segment-", segment);
 }
 
 // Refuses, on every rank, a job whose estimated memory (memory_estimate.hpp) exceeds a node's:
@@ -530,7 +587,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
   std::optional<Reporter> reporter;
   std::optional<std::string> error;
   try {
-    reporter.emplace(topo.is_chief(), config.metrics);
+    reporter.emplace(topo.is_chief(), config.metrics, !config.resume.empty());
   } catch (const Error& e) {
     error = e.what();
   }
@@ -549,6 +606,7 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
                        " of ", job.total_steps, " (epoch ", resume.epoch + 1, ", ", resume.step_in_epoch,
                        " steps into it", resume.worker_steps.empty() ? "" : "; the slowest worker's: a cut", ")"));
   reporter->line(resume.identity_note);
+  const std::int64_t segment = record_segment_start(job, resume, *reporter);
   // The cooperative waits give up after --hang-timeout without progress of any peer (a rank busy
   // with a long checkpoint or evaluation renews them: comm/liveness.hpp; also the checkpoint
   // writer's collectives), and a survey of the PS of a few seconds (ps/passive_base.hpp); the
@@ -577,9 +635,11 @@ int run_training(const TrainConfig& config, TrainOutputs* outputs) {
     outputs->chief = topo.is_chief();
   }
   if (timeline.enabled()) {
+    const std::string trace = timeline_path(config.timeline, segment);
     const std::uint64_t dropped =
-        timeline.write(topo, config.timeline, config.exchange.hang_timeout_s, config.exchange.max_nap_us);
-    reporter->line(str("timeline: ", config.timeline, " (open in chrome://tracing or ui.perfetto.dev)",
+        timeline.write(topo, trace, config.exchange.hang_timeout_s, config.exchange.max_nap_us);
+    reporter->line(str("timeline: ", trace, " (open in chrome://tracing or ui.perfetto.dev)",
+                       segment > 0 ? str("; run segment ", segment, ", the earlier segments' traces are kept") : "",
                        dropped ? str("; ", dropped, " spans beyond --timeline-max-spans ", config.timeline_max_spans,
                                      " per rank were dropped")
                                : std::string()));

@@ -13,6 +13,12 @@ CASE:
           test set is used; a data file without /test is refused at start-up naming --test-file
   ckpt    drtrain-ckpt diff of a file with itself says "identical" in one line; info of the last
           checkpoint of a 2-epoch run says "2 done", not "epoch 3, step 1"
+  resume  a resumed run keeps its history: --metrics is appended, every record names its run
+          segment (0, then 1), the new segment starts with a record of where it resumed, and
+          scripts/plot_metrics.py plots the whole file; --timeline of segment 1 goes to
+          FILE.segment-1.json beside FILE. Resume compares what matters: the same model file by its
+          absolute path resumes; the file edited is refused naming the line that differs; another
+          data file is refused naming the sample counts and file headers that differ
   flags   a job script's flag given again on its command line wins (jobs/local_mpirun.sh passes
           --config, the user's --lr and --max-steps after it); --print-config shows the last value
 """
@@ -93,6 +99,54 @@ class Case:
         _, out = run([self.bin("drtrain-ckpt"), "info", last])
         expect(out, "epoch            2 done (a resumed run starts epoch 3)", "info of a 2-epoch run's last checkpoint")
 
+    def resume(self):
+        w = self.a.work
+        model = os.path.join(w, "net.model")
+        with open(model, "w") as f:
+            f.write("fc1 = linear(input) out=32\nr = relu\nfc2 = linear out=classes\n")
+        a, b = os.path.join(w, "a.h5"), os.path.join(w, "b.h5")
+        run([self.bin("drtrain-data"), "synth", a, "--count", "256", "--shape", "1,8,8", "--test-count", "64"])
+        run([self.bin("drtrain-data"), "synth", b, "--count", "512", "--shape", "1,8,8", "--test-count", "64", "--seed",
+             "3"])
+        metrics, trace, ck = (os.path.join(w, n) for n in ("m.jsonl", "trace.json", "ck"))
+        common = ["--dataset", "hdf5", "--batch-size", "32", "--eval-every", "4", "--checkpoint-dir", ck,
+                  "--checkpoint-every", "4", "--metrics", metrics, "--timeline", trace, "--log-every", "2"]
+        os.chdir(w)  # the first run names the model file relatively, the resumed one absolutely
+        self.mpi(2, *common, "--data-file", a, "--model", "net.model", "--max-steps", "6")
+        _, out = self.mpi(2, *common, "--data-file", a, "--model", model, "--max-steps", "8", "--resume")
+        expect(out, "resuming from", "the same model file by its absolute path")
+        with open(metrics) as f:
+            records = [json.loads(line) for line in f]
+        segments = [r.get("segment") for r in records]
+        assert segments[0] == 0 and segments[-1] == 1 and sorted(set(segments)) == [0, 1], \
+            f"the metrics file after a resume: segments {segments}, expected the first run's records (0) then 1"
+        starts = [r for r in records if r.get("start")]
+        assert len(starts) == 2 and starts[1]["resumed_from"].endswith("ckpt-00000006.h5"), starts
+        assert sum(1 for r in records if r.get("summary")) == 2, "both runs' summaries are kept"
+        assert any(r.get("eval") and r["segment"] == 0 and r["step"] == 4 for r in records), \
+            "the first run's evaluation at step 4 was lost"
+        assert os.path.exists(trace) and os.path.exists(os.path.join(w, "trace.segment-1.json")), os.listdir(w)
+        run(["/usr/bin/python3", os.path.join(self.a.root, "scripts/plot_metrics.py"), metrics,
+             os.path.join(w, "m.png")])
+        assert os.path.getsize(os.path.join(w, "m.png")) > 0
+        with open(model, "a") as f:
+            f.write("# edited\n")
+        with open(model) as f:
+            text = f.read().replace("out=32", "out=48")
+        with open(model, "w") as f:
+            f.write(text)
+        _, out = self.mpi(2, *common, "--data-file", a, "--model", model, "--max-steps", "10", "--resume",
+                          expect_ok=False)
+        expect(out, "differs from the checkpoint's model", "an edited model file")
+        expect(out, "'fc1 = linear(input) out=48' here and 'fc1 = linear(input) out=32' in the checkpoint",
+               "an edited model file")
+        with open(model, "w") as f:
+            f.write(text.replace("out=48", "out=32"))  # the model restored: the data alone differs
+        _, out = self.mpi(2, *common, "--data-file", b, "--model", model, "--max-steps", "10", "--resume",
+                          expect_ok=False)
+        expect(out, "the training data differs from the checkpoint's run: 512 train samples here, 256 train samples "
+               "in the checkpoint's run; file header", "another data file")
+
     def flags(self):
         _, out = run([self.bin("drtrain"), "--config", os.path.join(self.a.root, "jobs/configs/mlp.ini"), "--lr", "0.01",
                       "--lr", "0.02", "--epochs", "1", "--epochs", "2", "--print-config"])
@@ -112,14 +166,15 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["tools", "check", "eval", "ckpt", "flags"])
+    p.add_argument("case", choices=["tools", "check", "eval", "ckpt", "resume", "flags"])
     a = p.parse_args()
     a.root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
     a.work = os.path.join(a.work, a.case)
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     case = Case(a)
-    {"tools": case.tools, "check": case.check, "eval": case.eval_case, "ckpt": case.ckpt, "flags": case.flags}[a.case]()
+    {"tools": case.tools, "check": case.check, "eval": case.eval_case, "ckpt": case.ckpt, "resume": case.resume,
+     "flags": case.flags}[a.case]()
     print(f"PASS: {a.case}")
 
 

@@ -39,6 +39,7 @@ struct CheckpointMeta {
   std::int64_t global_batch = 0;
   std::string model;             // --model
   std::string model_definition;  // the model graph in the model-file format (empty in older files)
+  std::string data_identity;     // the training data (data_identity below; empty in older files)
   std::string optimizer;         // sgd | adam | adamw
   std::string optimizer_config;  // full description: lr, momentum, betas, decay, schedule
   std::int64_t num_ps = 0, num_workers = 0, towers = 0;
@@ -59,6 +60,17 @@ struct CheckpointMeta {
   std::string parent_run_id;      // the run of the checkpoint this run resumed; empty: from scratch (or unknown)
   std::int64_t parent_step = -1;  // that checkpoint's step; -1: from scratch
   std::string lineage;            // io::Lineage::text(): ancestors "run@step", then run_id
+};
+
+// What a checkpoint must match to be resumed by a run: the model's definition (not the words of
+// --model: the same file by another path resumes, an edited one under the same name does not),
+// and the training data's identity ("images 1x28x28; 10 classes; 60000 train samples; header
+// 9f2c...": kind and shape, classes or vocabulary, sample count, a hash of the file's first 64
+// KiB). Files from before these were stored are matched by --model's words and the tensors.
+struct ResumeMatch {
+  std::string model;             // --model, as given
+  std::string model_definition;  // nn::ModelGraph::to_text() of this run's model
+  std::string data_identity;     // this run's training data
 };
 
 // This PS's part of the state: the spans of the flat space its shard holds (one for a
@@ -83,7 +95,7 @@ struct ShardView {
 // slots, format version: ConfigError naming the field, both values and what to do), reads
 // every PS's part into `shard`, and verifies the checksum (CheckpointError on corruption).
 // Every PS throws the same error.
-CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, const std::string& model,
+CheckpointMeta read_checkpoint(const comm::Comm& ps, const std::string& path, const ResumeMatch& match,
                                const ParamLayout& layout, const std::vector<std::string>& slot_names,
                                const ShardView& shard);
 
