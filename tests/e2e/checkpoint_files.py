@@ -40,7 +40,8 @@ CASE:
             its newest step; --keep removes only the run's own line (another run's files stay);
             plain --resume continues the run that wrote last (LATEST) and, when that run's files
             are damaged, refuses rather than continue another run; a second job on a directory
-            that a running job holds is refused naming its PS 0; a model mismatch names both models
+            that a running job holds is refused naming its PS 0; a model mismatch names both models and
+            the first line of their definitions that differs
   kill      kill -9 of a random rank at a random moment (training, checkpoint writes, start-up,
             the end), then --resume, again and again until a run completes: the final
             checkpoint is bitwise that of an uninterrupted --deterministic run (--trials N;
@@ -144,6 +145,12 @@ class Case:
                     f.attrs[name] = value
             return edit
 
+        def redefine(p):  # the stored definition of another model (--resume compares definitions)
+            with h5py.File(p, "r+") as f:
+                text = f.attrs["model_definition"]
+                text = text.decode() if isinstance(text, bytes) else text
+                f.attrs["model_definition"] = np.bytes_(text.replace("out=512", "out=500").encode())
+
         def drop(p):
             with h5py.File(p, "r+") as f:
                 del f["params"]["fc1.bias"]
@@ -154,7 +161,8 @@ class Case:
         cases = [  # (name, edit, verify message, --resume FILE message)
             ("truncated", truncate, "not a readable HDF5 file", "not a readable HDF5 file"),
             ("bitflip", flip, "checksum does not match", "checksum does not match"),
-            ("model", attribute("model", np.bytes_(b"cnn")), None, "the checkpoint holds --model cnn, this run has --model mlp"),
+            ("model", redefine, None, "--model mlp differs from the checkpoint's model (--model mlp): node line 1 of "
+             "the definition is 'fc1 = linear(input) out=512' here and 'fc1 = linear(input) out=500' in the checkpoint"),
             ("missing", drop, "/params/fc1.bias is missing", "has no dataset /params/fc1.bias"),
             ("version", attribute("format_version", np.int64(99)), "format version 99", "format version 99"),
             ("empty", empty, "not a readable HDF5 file", "not a readable HDF5 file"),
@@ -508,7 +516,7 @@ class Case:
         shared, z = self.runs_dir("shared"), self.runs_dir("z")
         train("--max-steps", "20", "--checkpoint-every", "10", "--checkpoint-dir", shared)
         u_files = files(shared)
-        train("--max-steps", "30", "--seed", "3", "--checkpoint-dir", z)
+        train("--max-steps", "30", "--checkpoint-dir", z)
         train("--max-steps", "45", "--checkpoint-every", "5", "--keep", "1", "--resume", ckpt(z, 30),
               "--checkpoint-dir", shared)
         if sorted(files(shared)) != ["ckpt-00000010.h5", "ckpt-00000020.h5", "ckpt-00000045.h5"]:
@@ -587,7 +595,7 @@ class Case:
         code, out = self.drtrain(3, "--dataset", "synthetic", "--model", "mlp:784-16-10", "--max-steps", "50",
                                  "--resume", self.at(d, 10), expect_ok=False)
         self.refused(code, out, "another model",
-                     "the checkpoint holds --model mlp:784-32-10, this run has --model mlp:784-16-10")
+                     "--model mlp:784-16-10 differs from the checkpoint's model (--model mlp:784-32-10): node line 1")
 
 
     def kill_until_done(self, args, d, duration, rng):

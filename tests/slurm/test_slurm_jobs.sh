@@ -78,10 +78,12 @@ run_job gpu_worker_per_gpu --ntasks-per-node=3 --gres=none --cpus-per-task=1 \
 # the stopped chief) and lets the chief go on. The requeued run resumes past step 30.
 requeue_out="$work/out/requeue.out"
 requeue_dir="$work/ck/requeue"
+requeue_metrics="$work/out/requeue.jsonl"
 id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$requeue_out" \
   --export="$common,CHECKPOINT_DIR=$requeue_dir,CHECKPOINT_SECS=3600,DRT_TEST_FAULT=stop:1:30" \
   "$root/jobs/slurm_requeue.sbatch" --max-steps 300 --checkpoint-every 20 --log-every 100 --eval false \
-  --lr-schedule constant --warmup-steps 0 --dataset synthetic --model cnn)
+  --lr-schedule constant --warmup-steps 0 --dataset synthetic --model cnn --metrics "$requeue_metrics" \
+  --checkpoint-dir "$requeue_dir" --num-ps 1)  # the script passes these two too: the last value wins
 # ranks_of DIR: PIDs of the drtrain processes whose command line names DIR (this job's ranks).
 ranks_of() {
   local p
@@ -130,6 +132,24 @@ else
     grep -E "requeue|resum|summary|error|stopping" "$requeue_out"
   else
     echo "ok: requeue: stopped by SIGUSR1 after step $stopped, requeued, resumed at step $((stopped + 1)), finished 300 steps"
+  fi
+  # The requeued run appended to --metrics: the first run's records (segment 0, its summary with
+  # the stop) are still there, then segment 1's, which starts where the checkpoint was.
+  if /usr/bin/python3 - "$requeue_metrics" "$stopped" <<'PY'
+import json, sys
+records = [json.loads(line) for line in open(sys.argv[1])]
+first = [r for r in records if r.get("segment") == 0]
+second = [r for r in records if r.get("segment") == 1]
+assert any(r.get("summary") and r.get("stopped_by") == "SIGUSR1" for r in first), "segment 0's summary is gone"
+assert any("ms_per_step" in r for r in first), "segment 0's progress records are gone"
+start = [r for r in second if r.get("start")]
+assert start and start[0]["updates"] == int(sys.argv[2]), start
+assert any(r.get("summary") and r.get("steps") == 300 for r in second), "segment 1's summary is missing"
+PY
+  then
+    echo "ok: requeue: --metrics kept the first run's records and appended the requeued run's (segment 1)"
+  else
+    fail "requeue: the metrics file lost the records of before the requeue"; head -c 2000 "$requeue_metrics"
   fi
 fi
 
