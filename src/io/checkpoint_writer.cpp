@@ -95,7 +95,7 @@ void write_fully(int fd, const char* data, std::size_t bytes, std::uint64_t at, 
 // system takes it (-1 where it does not, e.g. tmpfs). Direct I/O sends whole blocks from an
 // aligned buffer straight to the disk: no copy into the page cache and no reclaim of it later.
 // Measured on a 2-core VM whose cores training kept busy: the buffered path cost the writer
-// thread 0.6-0.8 s of kernel CPU per 281 MiB save; bench/RESULTS.md has the direct figures.
+// thread 0.6-0.8 s of kernel CPU per 281 MiB save; docs/PERFORMANCE.md, "Checkpoints", has the figures.
 class PartFile {
  public:
   explicit PartFile(const std::string& path) : path_(path) {

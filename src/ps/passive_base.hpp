@@ -65,7 +65,7 @@ class PassiveBase {
     }
   }
 
-  // The relaxed modes' stop and cuts (docs/ARCHITECTURE.md, "Stopping on a signal", "Cuts"), PS
+  // The relaxed modes' stop and cuts (docs/CHECKPOINTS.md, "Stopping on a signal"; docs/RELAXED_MODES.md, "Cuts"), PS
   // 0's words: a rank that received stop signal `signal` raises the request to it (MPI_MAX);
   // read_relaxed_words() reads stop_request .. cut_release (four contiguous words) in one read.
   void request_stop_at_ps0(int signal) {

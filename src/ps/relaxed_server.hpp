@@ -8,7 +8,7 @@
 //           is 0 (workers add 1 to readers[b] while their Gets of b are in flight, and back off
 //           when they see writing[b] = 1),
 //   publishes version[b] under that lock, and marks each push it consumed in taken[w][b].
-// docs/ARCHITECTURE.md, "Relaxed synchronisation", gives the ordering argument.
+// docs/RELAXED_MODES.md, "Relaxed synchronisation", gives the ordering argument.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ class RelaxedServer : PassiveBase {
 
   // Collective with the workers' start(); then the PS publishes version 1 of every block.
   // `first_pushes[w]`: the pushes worker w made before this run (ssp/async resumed from a cut,
-  // where workers start at steps of their own: docs/ARCHITECTURE.md, "Cuts"; empty: none), which
+  // where workers start at steps of their own: docs/RELAXED_MODES.md, "Cuts"; empty: none), which
   // the PS counts as announced and consumed.
   void start(const std::vector<std::int64_t>& first_pushes = {});
 
@@ -45,7 +45,7 @@ class RelaxedServer : PassiveBase {
                  static_cast<std::size_t>(block)];
   }
 
-  // Cuts (ssp/async; docs/ARCHITECTURE.md, "Cuts"), as PS 0 holds them.
+  // Cuts (ssp/async; docs/RELAXED_MODES.md, "Cuts"), as PS 0 holds them.
   struct CutWords {
     std::int64_t request = 0, release = 0;
     std::vector<std::int64_t> ack, pos;  // per worker
@@ -60,7 +60,7 @@ class RelaxedServer : PassiveBase {
   void request_cut(std::int64_t number);
   void release_cut(std::int64_t number);
 
-  // Stopping on a signal (docs/ARCHITECTURE.md): any PS raises PS 0's request; PS 0 sets the
+  // Stopping on a signal (docs/CHECKPOINTS.md): any PS raises PS 0's request; PS 0 sets the
   // step of this run every worker stops before; the request as PS 0 holds it.
   void request_stop(int signal) { request_stop_at_ps0(signal); }
   void set_stop_at(std::int64_t step);

@@ -183,7 +183,7 @@ std::int64_t ParameterServer::serve(const Hooks& hooks) {
       float scale = 1.0f / static_cast<float>(workers);
       if (clip) {
         // --grad-clip: each block's share of the norm as it comes in; no block is applied before
-        // the norm of the whole step is known (docs/ARCHITECTURE.md, "Optimizers").
+        // the norm of the whole step is known (docs/OPTIMIZERS.md, "Optimizers").
         for (int b : ready) {
           square_norms[static_cast<std::size_t>(b)] =
               gradient_square_norm(b, all_workers_) * inverse_workers * inverse_workers;

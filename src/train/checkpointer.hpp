@@ -86,7 +86,7 @@ class Checkpointer {
   // After every step (the server's hook; --sync-mode sync and backup): moves a save in the
   // background on, and starts one when the policy says so.
   void after_step(std::int64_t step);
-  // --sync-mode ssp/async, which save at cuts (ps::Cut; docs/ARCHITECTURE.md, "Cuts"). due():
+  // --sync-mode ssp/async, which save at cuts (ps::Cut; docs/RELAXED_MODES.md, "Cuts"). due():
   // PS 0, after each round of W gradients: whether the policy asks for a checkpoint at this step
   // (--checkpoint-every, or PS 0's clock for --checkpoint-secs; no collective call). save_cut():
   // every PS at each checkpoint cut, in the same order: saves the state there.

@@ -87,7 +87,7 @@ po::options_description training_options(TrainConfig& c, std::string& config_fil
       ("overlap", on_off(c.overlap),
        "overlap the exchange with compute on a worker thread: push gradients during backward, pull "
        "parameters during the next forward (CPU or GPU towers, --rma-sync passive, --sync-mode sync; see "
-       "docs/ARCHITECTURE.md for where it is faster)")
+       "docs/EXCHANGE.md, \"Overlapping the exchange with compute\", for where it is faster)")
       ("straggler", po::value<std::string>(&c.straggler)->default_value(c.straggler),
        "experiments only: W:F makes worker W sleep after each step's compute so that its steps take about F "
        "times as long (e.g. 3:3), to measure --sync-mode against a slow worker")

@@ -395,7 +395,7 @@ RankReport run_ps(const Job& job, ResumePoint& resume, StopVote& vote) {
   server.set_state_ranges(job.spec.layout().state_ranges());
   server.set_no_decay_ranges(job.spec.layout().no_decay_ranges(job.optimizer.decay_rule));
   load_into(resume, server);
-  // ssp/async save at cuts (docs/ARCHITECTURE.md, "Cuts"), and resume from one with each worker
+  // ssp/async save at cuts (docs/RELAXED_MODES.md, "Cuts"), and resume from one with each worker
   // at its own step.
   const bool cuts = job.config.exchange.mode.per_gradient();
   if (cuts && !resume.worker_steps.empty()) {

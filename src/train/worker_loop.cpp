@@ -169,7 +169,7 @@ class WorkerLoop {
   // The relaxed modes at the boundary before step `step` (nothing of this worker's in flight):
   // a stop signal this worker received raises PS 0's request, then the mode's own rule says
   // whether the worker stops here. Returns the stop signal that ends its run here, else 0. One
-  // read of PS 0's words a step (docs/ARCHITECTURE.md, "Stopping on a signal", "Cuts").
+  // read of PS 0's words a step (docs/CHECKPOINTS.md, "Stopping on a signal"; docs/RELAXED_MODES.md, "Cuts").
   int relaxed_boundary(std::int64_t step) {
     const int received = stop_signal_received();
     if (received != 0 && received != stop_posted_) {

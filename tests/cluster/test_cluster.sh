@@ -161,7 +161,7 @@ case $test_case in
     ;;
   kill-node|link-down)
     # What names node 2: drtrain's message naming a rank there (the rank that gave up names the
-    # rank it cannot reach, or the one its MPI call waits on; docs/ARCHITECTURE.md, "Watching a
+    # rank it cannot reach, or the one its MPI call waits on; docs/FAILURES.md, "Watching a
     # run"), or the launcher's naming the node's address (processes that died; Open MPI's lost
     # daemon, whose keepalive here ends before --hang-timeout). With the link cut under MPICH no
     # process dies and Hydra notices nothing: there drtrain's message is the one.

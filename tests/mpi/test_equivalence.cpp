@@ -172,7 +172,7 @@ TEST(Overlap, EqualsTheSequentialStepBitwise) {
 // Batch norm and dropout. Batch norm normalises over each tower's samples, so the promise is
 // not "one process at batch B" but one process that runs the W*T parts of every global batch as
 // towers of their own: gradients summed, running statistics set to the mean of the parts'
-// updates (docs/ARCHITECTURE.md, "Batch norm"). Dropout's masks depend on the sample's position
+// updates (docs/TRAINING.md, "Batch norm in a PS system"). Dropout's masks depend on the sample's position
 // in the global batch, not on the part that holds it. The reference below is written from that
 // rule with the library's network and optimizer, one part after the other. With
 // --deterministic the PS sums the workers in worker order, and the reference adds in the same

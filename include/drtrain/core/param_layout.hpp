@@ -3,8 +3,8 @@
 // layer, weight before bias); gradients use the same layout. Most tensors are trainable
 // parameters; "state" tensors (batch norm's running statistics) are not: their part of a
 // gradient carries the workers' updates of the state, which the PS averages instead of handing
-// to the optimizer (docs/ARCHITECTURE.md, "Batch norm"). Each trainable tensor also says whether
-// weight decay applies to it (docs/ARCHITECTURE.md, "Optimizers": the decay rule).
+// to the optimizer (docs/TRAINING.md, "Batch norm in a PS system"). Each trainable tensor also says whether
+// weight decay applies to it (docs/OPTIMIZERS.md, "Optimizers": the decay rule).
 #pragma once
 
 #include <cstddef>

@@ -13,7 +13,7 @@
 //                           PS's term) and `complete`, written last.
 // Publication (fsync, rename) and retention are io/checkpoint_store's. write_checkpoint runs the
 // three phases in a row on the calling thread. Why pwrite rather than parallel HDF5 (MPI-IO):
-// docs/ARCHITECTURE.md, "Checkpoints".
+// docs/CHECKPOINTS.md, "Checkpoints".
 #pragma once
 
 #include <cstddef>

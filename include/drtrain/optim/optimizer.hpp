@@ -1,5 +1,5 @@
 // Optimizers applied by a PS to its shard of the flat parameter space. Formulas follow
-// torch.optim (documented in docs/ARCHITECTURE.md); g is the mean gradient (clipped by the PS
+// torch.optim (documented in docs/OPTIMIZERS.md); g is the mean gradient (clipped by the PS
 // under --grad-clip), wd the weight decay (0 on the tensors --decay-rule exempts):
 //   sgd:       g += wd * p;  [momentum m > 0: b = m * b + g;  g = nesterov ? g + m * b : b]
 //              p -= lr * g

@@ -36,7 +36,7 @@ enum class GradPush {
 GradPush parse_grad_push(const std::string& text);  // ConfigError lists the choices
 std::string to_string(GradPush push);
 
-// The number format of what crosses the network (docs/ARCHITECTURE.md, "The wire format").
+// The number format of what crosses the network (docs/EXCHANGE.md, "The wire format").
 enum class Wire {
   kFp32,  // gradients and parameters as float32
   // Gradients and parameters as bfloat16 (round to nearest even), half the bytes. Workers Put
@@ -57,7 +57,7 @@ enum class PlanKind {
 PlanKind parse_plan_kind(const std::string& text);  // ConfigError lists the choices
 std::string to_string(PlanKind kind);
 
-// When the PS applies gradients (docs/ARCHITECTURE.md, "Relaxed synchronisation"). Every mode
+// When the PS applies gradients (docs/RELAXED_MODES.md, "Relaxed synchronisation"). Every mode
 // but kSync pushes into per-worker slots and reads parameters under a per-block read lock.
 enum class SyncKind {
   kSync,    // one update per step with the mean of all W workers' gradients (bitwise reproducible
@@ -80,7 +80,7 @@ struct SyncMode {
 SyncMode parse_sync_mode(const std::string& text);
 std::string to_string(const SyncMode& mode);
 
-// --lookahead under --sync-mode ssp:S and async (docs/ARCHITECTURE.md, "Staleness look-ahead"):
+// --lookahead under --sync-mode ssp:S and async (docs/RELAXED_MODES.md, "Staleness look-ahead"):
 // with momentum SGD the PS publishes params - lr * k * momentum, where the parameters are
 // expected to be when a gradient computed from them arrives (k updates later), instead of the
 // parameters themselves. kAuto: k = the mean staleness the PS has measured so far (W - 1 before

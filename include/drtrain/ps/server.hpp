@@ -46,7 +46,7 @@ struct ServerStats {
   std::int64_t clipped_steps = 0;
 };
 
-// A cut (--sync-mode ssp/async; docs/ARCHITECTURE.md, "Cuts"): every worker stopped at a step
+// A cut (--sync-mode ssp/async; docs/RELAXED_MODES.md, "Cuts"): every worker stopped at a step
 // boundary and every push it made is applied on every PS, so the PS state holds exactly the
 // gradients of the steps before worker_steps[w] of each worker w: a state the run was in, which
 // a checkpoint can save and a resume continue from, each worker at its own step.
@@ -125,7 +125,7 @@ class ParameterServer {
   // The number of updates the PS looks ahead (0: it publishes the parameters themselves).
   double lookahead_updates() const;
   // --sync-mode backup/ssp/async, after serve(): the stop signal any rank requested through PS
-  // 0's words (docs/ARCHITECTURE.md, "Stopping on a signal"), 0 if none. Reads PS 0's words.
+  // 0's words (docs/CHECKPOINTS.md, "Stopping on a signal"), 0 if none. Reads PS 0's words.
   int relaxed_stop_signal();
   optim::Optimizer& optimizer() { return *optimizer_; }
   std::int64_t global_step() const { return first_step_ + stats_.steps; }

@@ -27,20 +27,20 @@
 //   of step t are in when arrivals[b] >= (t+1) W. The PS polls arrivals and departed only,
 //   B+1 contiguous words, whatever W.
 // departed: how many workers have left (MPI_SUM).
-// stop_request, stop_at: --sync-mode backup/ssp/async, PS 0's only (docs/ARCHITECTURE.md,
+// stop_request, stop_at: --sync-mode backup/ssp/async, PS 0's only (docs/CHECKPOINTS.md,
 //   "Stopping on a signal"): the largest stop signal any rank received (MPI_MAX), and the step
 //   of this run every worker stops before, which PS 0 sets once it has seen the request (0: not
 //   yet).
 // cut_request, cut_release, cut_ack[w], cut_pos[w]: --sync-mode ssp/async, PS 0's only
-//   (docs/ARCHITECTURE.md, "Cuts"): the number of the newest cut PS 0 asked for (a checkpoint),
+//   (docs/RELAXED_MODES.md, "Cuts"): the number of the newest cut PS 0 asked for (a checkpoint),
 //   the newest cut after which workers may go on; the newest cut worker w stopped at (INT64_MAX
 //   once it has left) and the step it stopped (or left) before.
 // pushed[w][b]: the last step worker w announced for block b (MPI_REPLACE, in the same flush as
 //   its arrival): under sync read only to name the culprit when a wait times out; under the
 //   relaxed modes it is what the PS applies by (a push newer than the last it took), and ssp's
-//   bound and cuts read it (docs/ARCHITECTURE.md, "Relaxed synchronisation").
+//   bound and cuts read it (docs/RELAXED_MODES.md, "Relaxed synchronisation").
 // base[w][b], taken[w][b], readers[b], writing[b]: --sync-mode backup/ssp/async
-//   (docs/ARCHITECTURE.md, "Relaxed synchronisation"): the version of block b worker w computed
+//   (docs/RELAXED_MODES.md, "Relaxed synchronisation"): the version of block b worker w computed
 //   its last push from, the last push of worker w the PS has consumed, and block b's
 //   reader/writer lock (workers reading it; 1 while the PS writes it).
 // norm_sum, norm_steps, clipped_steps: --grad-clip, PS 0's only: the global norms of the steps'

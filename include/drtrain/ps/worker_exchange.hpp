@@ -29,8 +29,8 @@ class WorkerProtocol;
 struct Chunk;
 class WorkerExchange;
 
-// The relaxed modes' words of PS 0 a worker reads at each step boundary (docs/ARCHITECTURE.md,
-// "Stopping on a signal" and "Cuts"): the largest stop signal any rank requested (0: none); the
+// The relaxed modes' words of PS 0 a worker reads at each step boundary (docs/CHECKPOINTS.md,
+// "Stopping on a signal", and docs/RELAXED_MODES.md, "Cuts"): the largest stop signal any rank requested (0: none); the
 // step of this run every worker stops before (backup; 0: not decided yet); the newest cut PS 0
 // asked for (ssp/async, for a checkpoint; 0: none), and the newest cut after which workers may
 // go on.
@@ -38,7 +38,7 @@ struct RelaxedWords {
   std::int64_t stop_request = 0, stop_at = 0, cut_request = 0, cut_release = 0;
 };
 
-// --grad-clip: PS 0's totals over the run so far (docs/ARCHITECTURE.md, "Optimizers").
+// --grad-clip: PS 0's totals over the run so far (docs/OPTIMIZERS.md, "Optimizers").
 struct GradNormTotals {
   double norm_sum = 0.0;     // the global norms of the steps' mean gradients before clipping, summed
   std::int64_t steps = 0;    // the steps they were taken for
@@ -124,7 +124,7 @@ class WorkerExchange {
   std::int64_t catch_up();
   // --sync-mode ssp: the most steps this worker was ahead of the slowest worker when it pushed.
   std::int64_t max_lead() const;
-  // --sync-mode backup/ssp/async, which cast no per-step votes (docs/ARCHITECTURE.md, "Stopping
+  // --sync-mode backup/ssp/async, which cast no per-step votes (docs/CHECKPOINTS.md, "Stopping
   // on a signal"): raises PS 0's stop request to `signal`; and PS 0's stop and cut words. One
   // control-word access to PS 0 each.
   void request_stop(int signal);
@@ -144,7 +144,7 @@ class WorkerExchange {
   bool can_pause_at_cut();
   void leave_at(std::int64_t position);
   // Before the first push: this worker starts `pushes` steps after the run's first step (ssp/
-  // async resumed from a cut, docs/ARCHITECTURE.md "Cuts"); its pushes are numbered from there.
+  // async resumed from a cut, docs/RELAXED_MODES.md, "Cuts"); its pushes are numbered from there.
   void start_pushes_at(std::int64_t pushes);
   // Chunks that pull_during_push() brought back during pushes, since the exchange was made.
   std::int64_t chunks_pulled_during_push() const { return chunks_early_; }

@@ -57,12 +57,12 @@ struct TrainConfig {
   int threads = 0;  // BLAS threads per worker; 0: cores on the node / workers on the node
   // Overlap the exchange with compute (a worker's exchange thread: push during backward, pull
   // during the next forward) where possible (CPU or GPU towers, --sync-mode sync, --rma-sync
-  // passive, MPI with MPI_THREAD_SERIALIZED); off by default (docs/ARCHITECTURE.md, where it pays).
+  // passive, MPI with MPI_THREAD_SERIALIZED); off by default (docs/EXCHANGE.md, "Overlapping the exchange with compute": where it pays).
   bool overlap = false;
   std::size_t bucket_kib = 4096;  // --overlap: the smallest gradient bucket pushed at once
   // An experiment knob, not for production: --straggler W:F makes worker W sleep (F - 1) x its
   // compute time after each step's compute, so that its steps take about F times as long
-  // (docs/ARCHITECTURE.md, "Relaxed synchronisation"). Empty: none.
+  // (docs/RELAXED_MODES.md, "Relaxed synchronisation"). Empty: none.
   std::string straggler;
   struct Straggler {
     int worker = -1;  // -1: none

@@ -5,7 +5,7 @@
 // backend's own stream; the calls return before the GPU has finished, except copy_to_host, take_loss_sums and
 // synchronize, which wait for the stream.
 //
-// cuDNN choices (docs/ARCHITECTURE.md, "GPU path"): the legacy convolution API
+// cuDNN choices (docs/GPU.md, "GPU path"): the legacy convolution API
 // (cudnnConvolutionForward/BackwardData/BackwardFilter) fits our fixed NCHW float32 layers with
 // a few lines per call; the graph API would buy fusions we do not need yet. Algorithms are
 // chosen per shape by cudnnFind*Algorithm (it times every algorithm once, on first use of a

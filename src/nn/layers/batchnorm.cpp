@@ -2,7 +2,7 @@
 // "weight" and "bias"), running mean and variance (state "running_mean", "running_var").
 // Training normalises with the tower's batch statistics and writes the running statistics'
 // update, (new - current) * state_scale, into the state's gradient; the PS averages those
-// updates over towers and workers (docs/ARCHITECTURE.md, "Batch norm"). Evaluation normalises
+// updates over towers and workers (docs/TRAINING.md, "Batch norm in a PS system"). Evaluation normalises
 // with the running statistics.
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
