@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Lint: clang-tidy (.clang-tidy: bugprone-*, performance-*, mpi-*, concurrency-*, every finding an
-# error) over drtrain's .cpp files, and the clang-format check (.clang-format) over the C++ sources.
-# Exits non-zero on any clang-tidy finding or any file clang-format would change.
+# error) over drtrain's .cpp files, the clang-format check (.clang-format) over the C++ sources, and
+# the size check (scripts/size_check.py): no C++ function of 80 lines or more in src/ include/
+# kernels/ tests/ bench/, no document (README.md, docs/*.md, bench/RESULTS.md, src/**/README.md)
+# over 400 lines, except those scripts/lint_exceptions.txt lists (a list that may only shrink).
+# Exits non-zero on any clang-tidy finding, any file clang-format would change, or any size finding.
 #
 # clang-tidy reads the compile commands of a CPU-only configure in build-tidy/ (nothing is built);
 # it covers every .cpp file of that build: src/, kernels/reference.cpp, tests/, bench/. Not covered:
@@ -11,13 +14,13 @@
 #
 # Took 287 s (265 s of CPU) with DRT_JOBS=2 from an empty build-tidy/, on 2 cores that another
 # build was using too: configure about 2 s, clang-tidy over 79 files nearly all of it, the format
-# check about 2 s. Each file costs clang-tidy 1 to 6 s of CPU.
-#   DRT_LINT_CHECKS=format scripts/lint_check.sh   one check only (tidy | format)
+# check about 2 s, the size check about 1 s. Each file costs clang-tidy 1 to 6 s of CPU.
+#   DRT_LINT_CHECKS=format scripts/lint_check.sh   one check only (tidy | format | size)
 #   clang-format -i FILE...                        reformat what the format check lists
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 DRT_BUILD="$DRT_ROOT/build-tidy"
-checks=${DRT_LINT_CHECKS:-tidy format}
+checks=${DRT_LINT_CHECKS:-tidy format size}
 CLANG_TIDY=${CLANG_TIDY:-clang-tidy}
 CLANG_FORMAT=${CLANG_FORMAT:-clang-format}
 failed=0
@@ -67,6 +70,17 @@ if [[ " $checks " == *" format "* ]]; then
     failed=1
   else
     echo "lint_check: clang-format: all formatted"
+  fi
+fi
+
+if [[ " $checks " == *" size "* ]]; then
+  # Prints each function or document over its limit that is not listed, and each listed one no
+  # longer over it (the list shrinks as they are fixed).
+  if python3 "$DRT_ROOT/scripts/size_check.py" "$DRT_ROOT"; then
+    echo "lint_check: size: no function or document over its limit outside scripts/lint_exceptions.txt"
+  else
+    echo "lint_check: size: FAILED (split what it lists; remove fixed entries from scripts/lint_exceptions.txt)" >&2
+    failed=1
   fi
 fi
 

@@ -273,7 +273,11 @@ std::string read_text_attribute(const std::string& file, const std::string& obje
   return value;
 }
 
-DataFile open_data_file(const std::string& path) {
+namespace {
+
+// The file at `path` opened as HDF5, or a ConfigError saying why it cannot be (missing, a
+// directory, no HDF5 signature, damaged).
+H5Id open_hdf5_file(const std::string& path) {
   io::quiet_hdf5_errors();
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -299,9 +303,52 @@ DataFile open_data_file(const std::string& path) {
     fail(path, "",
          str("cannot open as HDF5: ", io::hdf5_error_stack(),
              "; the file is damaged or cut short (an interrupted copy?): copy or convert it again"));
+  return H5Id(id);
+}
+
+// A token set's root attributes (vocab_size, source) into `file`, checked.
+void read_token_attributes(DataFile& file, const std::optional<std::int64_t>& vocab, const std::string& vocab_fix,
+                           const std::string& stream, bool has_classes) {
+  const std::string& path = file.path;
+  if (!vocab)
+    fail(path, "/", str("attribute 'vocab_size' is missing: ", stream, " is a token stream and needs it: ", vocab_fix));
+  if (has_classes)
+    fail(path, "/",
+         "has both 'classes' (an image data set) and 'vocab_size' (a token data set); a file holds one kind: drop "
+         "the attribute that does not apply");
+  if (*vocab < 1 || *vocab > kMaxVocabulary)
+    fail(path, "/",
+         str("attribute 'vocab_size' is ", *vocab, "; it must be in 1..", kMaxVocabulary,
+             " (token ids reach the model as float32, exact below 2^24): ", vocab_fix));
+  file.vocab_size = *vocab;
+  file.tokens = true;
+  if (H5Aexists(file.file, "source") > 0) file.source = read_text_attribute(path, "/", file.file, "source");
+}
+
+// An image set's root attributes (classes, class_names, source) into `file`, checked.
+void read_image_attributes(DataFile& file, const std::optional<std::int64_t>& classes, const std::string& classes_fix) {
+  const std::string& path = file.path;
+  if (!classes) fail(path, "/", str("attribute 'classes' is missing: ", classes_fix));
+  if (*classes < 1 || *classes > 2147483647)
+    fail(path, "/", str("attribute 'classes' is ", *classes, "; it must be in 1..2147483647: ", classes_fix));
+  file.classes = *classes;
+  if (H5Aexists(file.file, "class_names") > 0) {
+    file.class_names = read_text_attribute(path, "/", file.file, "class_names");
+    const std::size_t names = split_names(file.class_names).size();
+    if (static_cast<std::int64_t>(names) != file.classes)
+      fail(path, "/",
+           str("attribute 'class_names' lists ", names, " name(s) but classes = ", file.classes,
+               "; give one comma-separated name per class, or drop the attribute"));
+  }
+  if (H5Aexists(file.file, "source") > 0) file.source = read_text_attribute(path, "/", file.file, "source");
+}
+
+}  // namespace
+
+DataFile open_data_file(const std::string& path) {
   DataFile file;
   file.path = path;
-  file.file = H5Id(id);
+  file.file = open_hdf5_file(path);
 
   const std::string fix =
       "write the file with drtrain-data convert, or set the root attributes drtrain_dataset = 1 and classes = K "
@@ -328,37 +375,8 @@ DataFile open_data_file(const std::string& path) {
     if (group < 0 || tokens < 0) H5Eclear2(H5E_DEFAULT);
     if (tokens > 0 && stream.empty()) stream = str("/", split, "/tokens");
   }
-  if (vocab || !stream.empty()) {
-    if (!vocab)
-      fail(path, "/",
-           str("attribute 'vocab_size' is missing: ", stream, " is a token stream and needs it: ", vocab_fix));
-    if (classes)
-      fail(path, "/",
-           "has both 'classes' (an image data set) and 'vocab_size' (a token data set); a file holds one kind: drop "
-           "the attribute that does not apply");
-    if (*vocab < 1 || *vocab > kMaxVocabulary)
-      fail(path, "/",
-           str("attribute 'vocab_size' is ", *vocab, "; it must be in 1..", kMaxVocabulary,
-               " (token ids reach the model as float32, exact below 2^24): ", vocab_fix));
-    file.vocab_size = *vocab;
-    file.tokens = true;
-    if (H5Aexists(file.file, "source") > 0) file.source = read_text_attribute(path, "/", file.file, "source");
-    return file;
-  }
-
-  if (!classes) fail(path, "/", str("attribute 'classes' is missing: ", classes_fix));
-  if (*classes < 1 || *classes > 2147483647)
-    fail(path, "/", str("attribute 'classes' is ", *classes, "; it must be in 1..2147483647: ", classes_fix));
-  file.classes = *classes;
-  if (H5Aexists(file.file, "class_names") > 0) {
-    file.class_names = read_text_attribute(path, "/", file.file, "class_names");
-    const std::size_t names = split_names(file.class_names).size();
-    if (static_cast<std::int64_t>(names) != file.classes)
-      fail(path, "/",
-           str("attribute 'class_names' lists ", names, " name(s) but classes = ", file.classes,
-               "; give one comma-separated name per class, or drop the attribute"));
-  }
-  if (H5Aexists(file.file, "source") > 0) file.source = read_text_attribute(path, "/", file.file, "source");
+  if (vocab || !stream.empty()) read_token_attributes(file, vocab, vocab_fix, stream, classes.has_value());
+  else read_image_attributes(file, classes, classes_fix);
   return file;
 }
 
@@ -373,6 +391,110 @@ void Split::close() noexcept {
   labels.reset();
   file.file.reset();
 }
+
+namespace {
+
+// Split::images and its header fields: rank 4, uint8 or float32, a layout, a sensible shape,
+// filters this HDF5 has; a ConfigError naming the problem and the fix otherwise.
+void open_images(Split& s, hid_t group, const std::string& split, std::size_t cache_bytes) {
+  const std::string& path = s.header.file;
+  const std::string images_path = "/" + split + "/images";
+  H5Id probe(DRT_H5_CHECK(H5Dopen2(group, "images", H5P_DEFAULT), "opening " + images_path));
+  std::string missing;
+  s.header.images = describe_storage(probe, &missing);
+  H5Id type(DRT_H5_CHECK(H5Dget_type(probe), "H5Dget_type"));
+  const std::vector<std::int64_t>& dims = s.header.images.shape;
+  if (dims.size() != 4)
+    fail(path, images_path,
+         str("rank ", dims.size(), " ", shape_text(dims),
+             "; expected rank 4, [N, C, H, W] or [N, H, W, C] (one-channel images [N, H, W] need an axis of 1: "
+             "numpy x[:, None])"));
+  const H5T_class_t kind = H5Tget_class(type);
+  if (kind == H5T_INTEGER && H5Tget_size(type) == 1 && H5Tget_sign(type) == H5T_SGN_NONE)
+    s.header.pixel_type = PixelType::kUint8;
+  else if (kind == H5T_FLOAT && H5Tget_size(type) == 4) s.header.pixel_type = PixelType::kFloat32;
+  else
+    fail(path, images_path,
+         str("element type ", type_name(type),
+             "; images must be uint8 (pixels 0..255) or float32: convert them (numpy: x.astype('float32'))"));
+  const std::string layout_fix =
+      "set it to NCHW or NHWC, the order of the axes (h5py: f['" + split + "/images'].attrs['layout'] = 'NCHW')";
+  if (H5Aexists(probe, "layout") <= 0) fail(path, images_path, str("attribute 'layout' is missing: ", layout_fix));
+  const std::string layout = read_text_attribute(path, images_path, probe, "layout");
+  if (layout != "NCHW" && layout != "NHWC")
+    fail(path, images_path, str("attribute 'layout' is '", layout, "'; expected NCHW or NHWC: ", layout_fix));
+  s.header.layout = layout == "NCHW" ? Layout::kNCHW : Layout::kNHWC;
+  const bool nchw = s.header.layout == Layout::kNCHW;
+  const std::int64_t c = nchw ? dims[1] : dims[3], h = nchw ? dims[2] : dims[1], w = nchw ? dims[3] : dims[2];
+  if (dims[0] < 1) fail(path, images_path, str("shape ", shape_text(dims), " holds no samples"));
+  if (c < 1 || h < 1 || w < 1)
+    fail(path, images_path, str("shape ", shape_text(dims), " (", layout, ") has an empty axis"));
+  if (c > kMaxSide || h > kMaxSide || w > kMaxSide || c * h * w > kMaxSampleValues)
+    fail(path, images_path,
+         str("samples of ", c, "x", h, "x", w, " (CxHxW, layout ", layout, ") are too large: at most ", kMaxSide,
+             " a side and ", kMaxSampleValues, " values a sample; is the layout right?"));
+  if (!missing.empty())
+    fail(path, images_path,
+         str("is stored with the filter ", missing,
+             ", which this HDF5 library lacks; store it uncompressed or with gzip (h5py: compression='gzip')"));
+  s.header.count = dims[0];
+  s.header.channels = static_cast<int>(c);
+  s.header.height = static_cast<int>(h);
+  s.header.width = static_cast<int>(w);
+  // The probe must be closed first: HDF5 shares an open dataset's chunk cache with later opens.
+  probe.reset();
+  H5Id dapl = chunk_cache_access(s.header.images, pixel_bytes(s.header.pixel_type), cache_bytes);
+  s.images = H5Id(DRT_H5_CHECK(H5Dopen2(group, "images", dapl), "opening " + images_path));
+}
+
+// Split::labels: rank 1, integers, one per sample (after open_images()).
+void open_labels(Split& s, hid_t group, const std::string& split, std::size_t cache_bytes) {
+  const std::string& path = s.header.file;
+  const std::string images_path = "/" + split + "/images", labels_path = "/" + split + "/labels";
+  H5Id probe(DRT_H5_CHECK(H5Dopen2(group, "labels", H5P_DEFAULT), "opening " + labels_path));
+  std::string missing;
+  s.header.labels = describe_storage(probe, &missing);
+  H5Id type(DRT_H5_CHECK(H5Dget_type(probe), "H5Dget_type"));
+  const std::vector<std::int64_t>& dims = s.header.labels.shape;
+  if (dims.size() != 1)
+    fail(path, labels_path,
+         str("rank ", dims.size(), " ", shape_text(dims), "; expected rank 1, [N] (numpy: y.reshape(-1))"));
+  if (H5Tget_class(type) != H5T_INTEGER)
+    fail(path, labels_path,
+         str("element type ", type_name(type), "; labels must be integers (numpy: y.astype('int64'))"));
+  if (dims[0] != s.header.count)
+    fail(path, labels_path,
+         str("holds ", dims[0], " labels but ", images_path, " holds ", s.header.count,
+             " samples; there must be one label per sample"));
+  if (!missing.empty())
+    fail(path, labels_path,
+         str("is stored with the filter ", missing,
+             ", which this HDF5 library lacks; store it uncompressed or with gzip (h5py: compression='gzip')"));
+  H5Id type_native(DRT_H5_CHECK(H5Tget_native_type(type, H5T_DIR_ASCEND), "H5Tget_native_type"));
+  const std::size_t cache = std::max<std::size_t>(std::size_t{1} << 20, cache_bytes / 8);
+  probe.reset();
+  H5Id dapl = chunk_cache_access(s.header.labels, H5Tget_size(type_native), cache);
+  s.labels = H5Id(DRT_H5_CHECK(H5Dopen2(group, "labels", dapl), "opening " + labels_path));
+}
+
+// The split's optional per-channel statistics (mean, std): both or neither (after open_images()).
+void read_split_stats(Split& s, hid_t group, const std::string& g) {
+  const std::string& path = s.header.file;
+  const bool has_mean = H5Lexists(group, "mean", H5P_DEFAULT) > 0, has_std = H5Lexists(group, "std", H5P_DEFAULT) > 0;
+  if (has_mean != has_std)
+    fail(path, g,
+         str("has '", has_mean ? "mean" : "std", "' but no '", has_mean ? "std" : "mean",
+             "'; store both (float32 [C]) or neither"));
+  if (has_mean) {
+    s.header.mean = read_channel_stat(path, g, group, "mean", s.header.channels);
+    s.header.stddev = read_channel_stat(path, g, group, "std", s.header.channels);
+    H5Id mean(DRT_H5_CHECK(H5Dopen2(group, "mean", H5P_DEFAULT), "opening mean"));
+    if (H5Aexists(mean, "computed_from") > 0)
+      s.header.stats_from = read_text_attribute(path, g + "/mean", mean, "computed_from");
+  }
+}
+
+}  // namespace
 
 Split open_split(DataFile file, const std::string& split, std::size_t cache_bytes) {
   const std::string& path = file.path;
@@ -406,99 +528,9 @@ Split open_split(DataFile file, const std::string& split, std::size_t cache_byte
   s.header.classes = file.classes;
   s.header.class_names = file.class_names;
   s.header.source = file.source;
-  const std::string images_path = g + "/images", labels_path = g + "/labels";
-
-  // images: rank 4, uint8 or float32, a layout, a sensible shape, filters this HDF5 has
-  {
-    H5Id probe(DRT_H5_CHECK(H5Dopen2(group, "images", H5P_DEFAULT), "opening " + images_path));
-    std::string missing;
-    s.header.images = describe_storage(probe, &missing);
-    H5Id type(DRT_H5_CHECK(H5Dget_type(probe), "H5Dget_type"));
-    const std::vector<std::int64_t>& dims = s.header.images.shape;
-    if (dims.size() != 4)
-      fail(path, images_path,
-           str("rank ", dims.size(), " ", shape_text(dims),
-               "; expected rank 4, [N, C, H, W] or [N, H, W, C] (one-channel images [N, H, W] need an axis of 1: "
-               "numpy x[:, None])"));
-    const H5T_class_t kind = H5Tget_class(type);
-    if (kind == H5T_INTEGER && H5Tget_size(type) == 1 && H5Tget_sign(type) == H5T_SGN_NONE)
-      s.header.pixel_type = PixelType::kUint8;
-    else if (kind == H5T_FLOAT && H5Tget_size(type) == 4) s.header.pixel_type = PixelType::kFloat32;
-    else
-      fail(path, images_path,
-           str("element type ", type_name(type),
-               "; images must be uint8 (pixels 0..255) or float32: convert them (numpy: x.astype('float32'))"));
-    const std::string layout_fix =
-        "set it to NCHW or NHWC, the order of the axes (h5py: f['" + split + "/images'].attrs['layout'] = 'NCHW')";
-    if (H5Aexists(probe, "layout") <= 0) fail(path, images_path, str("attribute 'layout' is missing: ", layout_fix));
-    const std::string layout = read_text_attribute(path, images_path, probe, "layout");
-    if (layout != "NCHW" && layout != "NHWC")
-      fail(path, images_path, str("attribute 'layout' is '", layout, "'; expected NCHW or NHWC: ", layout_fix));
-    s.header.layout = layout == "NCHW" ? Layout::kNCHW : Layout::kNHWC;
-    const bool nchw = s.header.layout == Layout::kNCHW;
-    const std::int64_t c = nchw ? dims[1] : dims[3], h = nchw ? dims[2] : dims[1], w = nchw ? dims[3] : dims[2];
-    if (dims[0] < 1) fail(path, images_path, str("shape ", shape_text(dims), " holds no samples"));
-    if (c < 1 || h < 1 || w < 1)
-      fail(path, images_path, str("shape ", shape_text(dims), " (", layout, ") has an empty axis"));
-    if (c > kMaxSide || h > kMaxSide || w > kMaxSide || c * h * w > kMaxSampleValues)
-      fail(path, images_path,
-           str("samples of ", c, "x", h, "x", w, " (CxHxW, layout ", layout, ") are too large: at most ", kMaxSide,
-               " a side and ", kMaxSampleValues, " values a sample; is the layout right?"));
-    if (!missing.empty())
-      fail(path, images_path,
-           str("is stored with the filter ", missing,
-               ", which this HDF5 library lacks; store it uncompressed or with gzip (h5py: compression='gzip')"));
-    s.header.count = dims[0];
-    s.header.channels = static_cast<int>(c);
-    s.header.height = static_cast<int>(h);
-    s.header.width = static_cast<int>(w);
-    // The probe must be closed first: HDF5 shares an open dataset's chunk cache with later opens.
-    probe.reset();
-    H5Id dapl = chunk_cache_access(s.header.images, pixel_bytes(s.header.pixel_type), cache_bytes);
-    s.images = H5Id(DRT_H5_CHECK(H5Dopen2(group, "images", dapl), "opening " + images_path));
-  }
-
-  // labels: rank 1, integers, as many as samples
-  {
-    H5Id probe(DRT_H5_CHECK(H5Dopen2(group, "labels", H5P_DEFAULT), "opening " + labels_path));
-    std::string missing;
-    s.header.labels = describe_storage(probe, &missing);
-    H5Id type(DRT_H5_CHECK(H5Dget_type(probe), "H5Dget_type"));
-    const std::vector<std::int64_t>& dims = s.header.labels.shape;
-    if (dims.size() != 1)
-      fail(path, labels_path,
-           str("rank ", dims.size(), " ", shape_text(dims), "; expected rank 1, [N] (numpy: y.reshape(-1))"));
-    if (H5Tget_class(type) != H5T_INTEGER)
-      fail(path, labels_path,
-           str("element type ", type_name(type), "; labels must be integers (numpy: y.astype('int64'))"));
-    if (dims[0] != s.header.count)
-      fail(path, labels_path,
-           str("holds ", dims[0], " labels but ", images_path, " holds ", s.header.count,
-               " samples; there must be one label per sample"));
-    if (!missing.empty())
-      fail(path, labels_path,
-           str("is stored with the filter ", missing,
-               ", which this HDF5 library lacks; store it uncompressed or with gzip (h5py: compression='gzip')"));
-    H5Id type_native(DRT_H5_CHECK(H5Tget_native_type(type, H5T_DIR_ASCEND), "H5Tget_native_type"));
-    const std::size_t cache = std::max<std::size_t>(std::size_t{1} << 20, cache_bytes / 8);
-    probe.reset();
-    H5Id dapl = chunk_cache_access(s.header.labels, H5Tget_size(type_native), cache);
-    s.labels = H5Id(DRT_H5_CHECK(H5Dopen2(group, "labels", dapl), "opening " + labels_path));
-  }
-
-  // optional per-channel statistics: both or neither
-  const bool has_mean = H5Lexists(group, "mean", H5P_DEFAULT) > 0, has_std = H5Lexists(group, "std", H5P_DEFAULT) > 0;
-  if (has_mean != has_std)
-    fail(path, g,
-         str("has '", has_mean ? "mean" : "std", "' but no '", has_mean ? "std" : "mean",
-             "'; store both (float32 [C]) or neither"));
-  if (has_mean) {
-    s.header.mean = read_channel_stat(path, g, group, "mean", s.header.channels);
-    s.header.stddev = read_channel_stat(path, g, group, "std", s.header.channels);
-    H5Id mean(DRT_H5_CHECK(H5Dopen2(group, "mean", H5P_DEFAULT), "opening mean"));
-    if (H5Aexists(mean, "computed_from") > 0)
-      s.header.stats_from = read_text_attribute(path, g + "/mean", mean, "computed_from");
-  }
+  open_images(s, group, split, cache_bytes);
+  open_labels(s, group, split, cache_bytes);
+  read_split_stats(s, group, g);
   s.file = std::move(file);
   return s;
 }

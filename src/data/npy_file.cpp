@@ -150,6 +150,15 @@ void NpyFile::check() {
   if (S_ISDIR(info.st_mode)) fail(path, "is a directory; expected a .npy file");
   const auto file_size = static_cast<std::uint64_t>(info.st_size);
 
+  read_header(file_size);
+  check_dtype();
+  if (header_.fortran_order)
+    fail(path, "is stored in Fortran order; save it in C order (numpy: np.save(path, np.ascontiguousarray(x)))");
+  check_data_size(file_size);
+}
+
+void NpyFile::read_header(std::uint64_t file_size) {
+  const std::string& path = path_;
   unsigned char prefix[12] = {};
   const ssize_t got = ::pread(fd_, prefix, sizeof prefix, 0);
   if (got < static_cast<ssize_t>(kMagicSize) + 2 || std::memcmp(prefix, kMagic, kMagicSize) != 0)
@@ -176,7 +185,10 @@ void NpyFile::check() {
     fail(path, str("cannot read the .npy header: ", errno_text(errno)));
   data_offset_ += header_size;
   header_ = parse_npy_header(text, path);
+}
 
+void NpyFile::check_dtype() {
+  const std::string& path = path_;
   // descr: byte order, kind, size ("<f4", "|u1", "u1")
   const std::string& d = header_.descr;
   std::size_t at = 0;
@@ -195,9 +207,10 @@ void NpyFile::check() {
   if (order == '>' && size > 1)
     fail(path,
          str("dtype '", d, "' is big-endian; save it little-endian (numpy: x.astype(x.dtype.newbyteorder('<')))"));
-  if (header_.fortran_order)
-    fail(path, "is stored in Fortran order; save it in C order (numpy: np.save(path, np.ascontiguousarray(x)))");
+}
 
+void NpyFile::check_data_size(std::uint64_t file_size) const {
+  const std::string& path = path_;
   std::uint64_t bytes = item_size_;
   for (std::int64_t dim : header_.shape) {
     const auto u = static_cast<std::uint64_t>(dim);

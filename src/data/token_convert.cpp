@@ -69,18 +69,11 @@ std::string canonical(const std::string& path) {
   return ec ? path : p.string();
 }
 
-void convert(TokenBinKind kind, const std::string& what, const std::vector<std::string>& train_args,
-             const std::vector<std::string>& test_args, const std::string& out, const TokenConvertOptions& options) {
-  const bool text = kind == TokenBinKind::kBytes;
-  const std::string train_option = text ? "--text" : kind == TokenBinKind::kLlmc ? "--llmc-bin" : "--uint16-bin";
-  const std::string test_option = "--test-" + train_option.substr(2);
-  const double fraction = options.test_fraction;
-  if (train_args.empty()) throw ConfigError(str(out, ": no training input; give ", train_option, " FILE..."));
-  if (!(fraction >= 0.0 && fraction < 1.0))
-    throw ConfigError(str("--test-fraction ", fraction, ": must be in (0, 1), the share of each file held out"));
-  if (fraction > 0.0 && !test_args.empty())
-    throw ConfigError(str("--test-fraction and ", test_option, " both make the test split: give one of them"));
-
+// The inputs of one conversion, in order (training files, then test files), each file once and
+// none the output.
+std::vector<Input> gather_inputs(const std::vector<std::string>& train_args, const std::string& train_option,
+                                 const std::vector<std::string>& test_args, const std::string& test_option, bool text,
+                                 const std::string& out) {
   std::vector<Input> inputs;
   std::set<std::string> seen;
   const std::string out_path = canonical(out);
@@ -102,9 +95,13 @@ void convert(TokenBinKind kind, const std::string& what, const std::vector<std::
       inputs.push_back(in);
     }
   }
+  return inputs;
+}
 
-  // Check every file before writing anything; the vocabulary from the first file's kind.
-  std::int64_t vocab = options.vocab_size, native = -1;
+// Checks every file before anything is written, and sets each one's token count and share of
+// /train (the first 1 - fraction of a training file); returns the vocabulary of the files' kind.
+std::int64_t count_tokens(std::vector<Input>& inputs, TokenBinKind kind, double fraction) {
+  std::int64_t native = -1;
   for (Input& in : inputs) {
     const TokenBinFile f(in.path, kind);
     in.count = f.count();
@@ -117,6 +114,56 @@ void convert(TokenBinKind kind, const std::string& what, const std::vector<std::
                      ? static_cast<std::int64_t>(std::floor(static_cast<double>(in.count) * (1.0 - fraction)))
                      : in.count;
   }
+  return native;
+}
+
+// Copies each input's tokens to its splits (a separator before each nonempty part of a text
+// file), checking each token id against the vocabulary.
+void copy_tokens(TokenWriter& writer, const std::vector<Input>& inputs, TokenBinKind kind, std::int64_t vocab,
+                 bool vocab_given) {
+  const bool text = kind == TokenBinKind::kBytes;
+  std::vector<std::uint32_t> block(static_cast<std::size_t>(kBlockTokens));
+  const std::uint32_t separator = kTextDocumentSeparator;
+  for (const Input& in : inputs) {
+    const TokenBinFile f(in.path, kind);
+    if (f.count() != in.count)
+      throw ConfigError(str(in.path, ": changed while being converted (", in.count, " tokens, now ", f.count(), ")"));
+    const std::int64_t train_end = in.test ? 0 : in.train;
+    for (const auto& [split, begin, end] :
+         {std::tuple<const char*, std::int64_t, std::int64_t>{"train", 0, train_end}, {"test", train_end, in.count}}) {
+      if (begin == end) continue;
+      if (text) writer.append(split, &separator, 1);
+      for (std::int64_t first = begin; first < end; first += kBlockTokens) {
+        const std::int64_t n = std::min(kBlockTokens, end - first);
+        f.read(first, n, block.data());
+        for (std::int64_t i = 0; i < n; ++i)
+          if (block[static_cast<std::size_t>(i)] >= vocab)
+            throw ConfigError(str(in.path, ": token ", first + i, " is ", block[static_cast<std::size_t>(i)],
+                                  ", not below the vocabulary size ", vocab,
+                                  vocab_given ? " (--vocab-size)" : " (the default of these files)",
+                                  ": give the tokenizer's vocabulary with --vocab-size V"));
+        writer.append(split, block.data(), n);
+      }
+    }
+  }
+}
+
+void convert(TokenBinKind kind, const std::string& what, const std::vector<std::string>& train_args,
+             const std::vector<std::string>& test_args, const std::string& out, const TokenConvertOptions& options) {
+  const bool text = kind == TokenBinKind::kBytes;
+  const std::string train_option = text ? "--text" : kind == TokenBinKind::kLlmc ? "--llmc-bin" : "--uint16-bin";
+  const std::string test_option = "--test-" + train_option.substr(2);
+  const double fraction = options.test_fraction;
+  if (train_args.empty()) throw ConfigError(str(out, ": no training input; give ", train_option, " FILE..."));
+  if (!(fraction >= 0.0 && fraction < 1.0))
+    throw ConfigError(str("--test-fraction ", fraction, ": must be in (0, 1), the share of each file held out"));
+  if (fraction > 0.0 && !test_args.empty())
+    throw ConfigError(str("--test-fraction and ", test_option, " both make the test split: give one of them"));
+
+  std::vector<Input> inputs = gather_inputs(train_args, train_option, test_args, test_option, text, out);
+  // Check every file before writing anything; the vocabulary from the first file's kind.
+  const std::int64_t native = count_tokens(inputs, kind, fraction);
+  std::int64_t vocab = options.vocab_size;
   if (text && vocab != 0 && vocab != 256)
     throw ConfigError(str("--vocab-size ", vocab, ": text is byte-level, its vocabulary is 256"));
   if (vocab == 0) vocab = native;
@@ -151,30 +198,7 @@ void convert(TokenBinKind kind, const std::string& what, const std::vector<std::
   writer.begin_split("train", train_total);
   if (test_total > 0) writer.begin_split("test", test_total);
 
-  std::vector<std::uint32_t> block(static_cast<std::size_t>(kBlockTokens));
-  const std::uint32_t separator = kTextDocumentSeparator;
-  for (const Input& in : inputs) {
-    const TokenBinFile f(in.path, kind);
-    if (f.count() != in.count)
-      throw ConfigError(str(in.path, ": changed while being converted (", in.count, " tokens, now ", f.count(), ")"));
-    const std::int64_t train_end = in.test ? 0 : in.train;
-    for (const auto& [split, begin, end] :
-         {std::tuple<const char*, std::int64_t, std::int64_t>{"train", 0, train_end}, {"test", train_end, in.count}}) {
-      if (begin == end) continue;
-      if (text) writer.append(split, &separator, 1);
-      for (std::int64_t first = begin; first < end; first += kBlockTokens) {
-        const std::int64_t n = std::min(kBlockTokens, end - first);
-        f.read(first, n, block.data());
-        for (std::int64_t i = 0; i < n; ++i)
-          if (block[static_cast<std::size_t>(i)] >= vocab)
-            throw ConfigError(str(in.path, ": token ", first + i, " is ", block[static_cast<std::size_t>(i)],
-                                  ", not below the vocabulary size ", vocab,
-                                  options.vocab_size ? " (--vocab-size)" : " (the default of these files)",
-                                  ": give the tokenizer's vocabulary with --vocab-size V"));
-        writer.append(split, block.data(), n);
-      }
-    }
-  }
+  copy_tokens(writer, inputs, kind, vocab, options.vocab_size != 0);
   writer.commit();
 }
 

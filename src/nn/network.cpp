@@ -40,6 +40,11 @@ std::vector<TensorShape> Network::input_shapes(std::size_t node, int n) const {
 // its own output gradient's buffer to one input of a single consumer, which saves a copy (add)
 // or lets backward write dx over dy.
 void Network::plan_buffers() {
+  plan_activations();
+  plan_gradients();
+}
+
+void Network::plan_activations() {
   const auto& wiring = spec_.wiring();
   const std::size_t nodes = layers_.size();
   // May node p's output buffer be overwritten by its (single) consumer?
@@ -68,7 +73,11 @@ void Network::plan_buffers() {
       act_[i] = device_.allocate_floats(out.size());
     }
   }
+}
 
+void Network::plan_gradients() {
+  const auto& wiring = spec_.wiring();
+  const std::size_t nodes = layers_.size();
   std::vector<int> free_buffers;
   int buffers = 0, scratch = 0;
   const auto take = [&] {

@@ -342,36 +342,195 @@ void ParameterServer::apply_block(int block, float grad_scale) {
   stats_.apply_progress_calls += comm::progress_calls() - progress_before;
 }
 
-std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
-  const StepHook& after_step = hooks.after_step;
-  const int blocks = layout().num_blocks(), workers = topo_.num_workers();
-  const auto B = static_cast<std::size_t>(blocks);
-  const bool backup = config_.mode.kind == SyncKind::kBackup;
-  const auto needed = static_cast<std::size_t>(workers - (backup ? config_.mode.bound : workers - 1));
+// serve_relaxed()'s state across polls: what each block has published and applied, the pushes
+// taken from each worker, and the gradients chosen for the block at hand.
+struct ParameterServer::RelaxedLoop {
+  int blocks = 0, workers = 0;
+  std::size_t B = 0;
+  bool backup = false;
+  bool clip = false;          // backup under --grad-clip
+  std::size_t needed = 0;     // gradients a block needs before it is applied
+  bool stop_decided = false;  // backup: PS 0 set the step the workers stop before
   std::vector<std::int64_t> words;
-  std::vector<std::int64_t> version(B, 1);  // published, per block
-  std::vector<std::int64_t> applied(B, 0);  // ssp/async: gradients applied to each block
-  std::vector<std::int64_t> consumed(static_cast<std::size_t>(workers) * B, 0);  // last push taken, [w][b]
-  // ssp/async: the gradients before this run (a sync checkpoint's updates count W each), and
-  // the pushes each worker made before this run's first step (a cut: workers resume apart).
-  if (gradient_base_ < 0) gradient_base_ = first_update_ * workers;
-  std::int64_t lead = 0;  // gradients the faster workers were ahead of the run's first step
-  for (std::size_t w = 0; w < first_pushes_.size(); ++w) {
-    lead += first_pushes_[w];
-    for (std::size_t b = 0; b < B; ++b) consumed[w * B + b] = first_pushes_[w];
-  }
-  std::vector<bool> done(B, false);  // backup: block applied for the step being collected
+  std::vector<std::int64_t> version;   // published, per block
+  std::vector<std::int64_t> applied;   // ssp/async: gradients applied to each block
+  std::vector<std::int64_t> consumed;  // last push taken, [w][b]
+  std::int64_t lead = 0;               // gradients the faster workers were ahead of the run's first step
+  std::vector<bool> done;              // backup: block applied for the step being collected
   std::vector<int> chosen;
   std::vector<optim::StepPoint> points;  // ssp/async: the updates of the chosen gradients
   // backup under --grad-clip: each block's chosen gradients and share of the norm, this step.
-  const bool clip = backup && clipping();
-  std::vector<std::vector<int>> step_chosen(clip ? B : 0);
-  std::vector<double> square_norms(clip ? B : 0);
-  if (backup) optimizer_->begin_step(global_step(), updates());
-  else optimizer_->set_step_fraction(1.0 / workers);  // W gradients applied make one step
+  std::vector<std::vector<int>> step_chosen;
+  std::vector<double> square_norms;
+
+  std::int64_t& consumed_of(int w, int b) {
+    return consumed[static_cast<std::size_t>(w) * B + static_cast<std::size_t>(b)];
+  }
+  std::int64_t consumed_of(int w, int b) const {
+    return consumed[static_cast<std::size_t>(w) * B + static_cast<std::size_t>(b)];
+  }
+  bool step_done() const {
+    return std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+  }
+};
+
+ParameterServer::RelaxedLoop ParameterServer::start_relaxed() {
+  RelaxedLoop loop;
+  loop.blocks = layout().num_blocks();
+  loop.workers = topo_.num_workers();
+  loop.B = static_cast<std::size_t>(loop.blocks);
+  loop.backup = config_.mode.kind == SyncKind::kBackup;
+  loop.needed = static_cast<std::size_t>(loop.workers - (loop.backup ? config_.mode.bound : loop.workers - 1));
+  loop.version.assign(loop.B, 1);
+  loop.applied.assign(loop.B, 0);
+  loop.consumed.assign(static_cast<std::size_t>(loop.workers) * loop.B, 0);
+  // ssp/async: the gradients before this run (a sync checkpoint's updates count W each), and
+  // the pushes each worker made before this run's first step (a cut: workers resume apart).
+  if (gradient_base_ < 0) gradient_base_ = first_update_ * loop.workers;
+  for (std::size_t w = 0; w < first_pushes_.size(); ++w) {
+    loop.lead += first_pushes_[w];
+    for (std::size_t b = 0; b < loop.B; ++b) loop.consumed[w * loop.B + b] = first_pushes_[w];
+  }
+  loop.done.assign(loop.B, false);
+  loop.clip = loop.backup && clipping();
+  loop.step_chosen.resize(loop.clip ? loop.B : 0);
+  loop.square_norms.resize(loop.clip ? loop.B : 0);
+  if (loop.backup) optimizer_->begin_step(global_step(), updates());
+  else optimizer_->set_step_fraction(1.0 / loop.workers);  // W gradients applied make one step
+  return loop;
+}
+
+void ParameterServer::decide_stop(RelaxedLoop& loop) {
+  if (config_.mode.per_gradient() || topo_.role_index() != 0 || loop.stop_decided || loop.words[1] == 0) return;
+  // backup: a stop was requested: every worker stops before the step after the furthest any
+  // has pushed. None has passed it: a worker that had not seen the request is at most there,
+  // and one that has seen it waits at its next step boundary until this word is set. The
+  // pushed words are read one by one (each atomically, MPI-3.1 11.7.1), not as one snapshot;
+  // that is enough: each only grows, so each value read is at most the worker's count when
+  // the read ends, and the argument above holds worker by worker.
+  std::int64_t furthest = 0;
+  for (int w = 0; w < loop.workers; ++w)
+    for (int b = 0; b < loop.blocks; ++b) furthest = std::max(furthest, relaxed_->pushed(loop.words, w, b));
+  relaxed_->set_stop_at(furthest + 1);
+  loop.stop_decided = true;
+}
+
+bool ParameterServer::choose_gradients(RelaxedLoop& loop, int b) const {
+  loop.chosen.clear();
+  for (int w = 0; w < loop.workers; ++w) {
+    const std::int64_t pushed = relaxed_->pushed(loop.words, w, b);
+    // backup: the gradients of the step being collected (a late one is of an older step);
+    // ssp/async: any push not consumed yet (a worker has at most one: it waits for taken).
+    if (loop.backup ? pushed == stats_.steps + 1 : pushed > loop.consumed_of(w, b)) loop.chosen.push_back(w);
+  }
+  const auto bi = static_cast<std::size_t>(b);
+  return !(loop.backup && loop.done[bi]) && loop.chosen.size() >= loop.needed;
+}
+
+void ParameterServer::choose_for_clipped_step(RelaxedLoop& loop, int b) {
+  // --grad-clip: the block's gradients are chosen now (later ones are dropped, as without
+  // clipping), and its share of the norm taken; every block of the step is applied once
+  // all are chosen, on every PS (the norm is the whole step's).
+  const auto bi = static_cast<std::size_t>(b);
+  relaxed_->acquire_pushes();
+  const double inverse = 1.0 / static_cast<double>(loop.chosen.size());
+  loop.square_norms[bi] = gradient_square_norm(b, loop.chosen) * inverse * inverse;
+  loop.step_chosen[bi] = loop.chosen;
+  count_dropped(loop);
+  loop.done[bi] = true;
+  if (loop.step_done()) apply_step_clipped(loop.step_chosen, loop.square_norms, loop.version);
+}
+
+void ParameterServer::count_dropped(const RelaxedLoop& loop) {
+  stats_.dropped_block_gradients += loop.workers - static_cast<int>(loop.chosen.size());
+  stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / loop.blocks;
+}
+
+void ParameterServer::apply_chosen(RelaxedLoop& loop, int b) {
+  const auto bi = static_cast<std::size_t>(b);
+  // With the look-ahead, ssp and async apply to the private master copy, which no worker
+  // reads: only the publication writes what workers Get, so only it holds the block's lock,
+  // and it runs once however many gradients were applied.
+  const bool outside_lock = !loop.backup && lookahead_;
+  if (outside_lock) relaxed_->acquire_pushes();
+  else relaxed_->lock(b);
+  if (loop.backup) {
+    const float scale = 1.0f / static_cast<float>(loop.chosen.size());
+    apply_slots(b, loop.chosen, scale, scale);
+    loop.version[bi] = stats_.steps + 2;
+    count_dropped(loop);
+    loop.done[bi] = true;
+  } else {
+    plan_gradient_updates(loop, b);
+    // Each gradient its own update, in worker order, in one pass over the block.
+    apply_each(b, loop.chosen, loop.points, 1.0f / static_cast<float>(loop.workers));
+  }
+  if (outside_lock) relaxed_->lock(b);
+  publish_block(b);
+  relaxed_->publish_and_unlock(b, loop.version[bi]);
+  if (!loop.backup)
+    for (int w : loop.chosen) {
+      const std::int64_t pushed = relaxed_->pushed(loop.words, w, b);
+      loop.consumed_of(w, b) = pushed;
+      relaxed_->take(w, b, pushed);
+    }
+}
+
+void ParameterServer::plan_gradient_updates(RelaxedLoop& loop, int b) {
+  const auto bi = static_cast<std::size_t>(b);
+  loop.points.clear();
+  for (int w : loop.chosen) {
+    const std::int64_t stale = loop.version[bi] - relaxed_->base(loop.words, w, b);
+    stats_.staleness_max = std::max(stats_.staleness_max, stale);
+    stats_.staleness_sum += static_cast<double>(stale);
+    ++stats_.staleness_count;
+    // The schedule follows steps (W gradients); Adam's bias correction counts what its
+    // averages have seen, each gradient (a checkpoint's updates count W each).
+    loop.points.push_back(
+        {first_step_ + (loop.lead + loop.applied[bi]) / loop.workers, gradient_base_ + loop.applied[bi]});
+    // One push, except on an empty block: a worker announces those without waiting for
+    // the PS to take its previous push, so several may be pending (none has elements).
+    const std::int64_t pushes = relaxed_->pushed(loop.words, w, b) - loop.consumed_of(w, b);
+    loop.applied[bi] += pushes;
+    loop.version[bi] += pushes;
+    if (b == 0) stats_.gradients_applied += pushes;
+  }
+}
+
+void ParameterServer::count_steps(RelaxedLoop& loop, const Hooks& hooks) {
+  // Steps complete: backup, every block of the step applied; ssp/async, W gradients applied to
+  // every block (so the checkpoint hook sees whole rounds, and W = 1 counts like sync).
+  if (loop.backup && loop.step_done()) {
+    ++stats_.steps;
+    if (hooks.after_step) hooks.after_step(global_step());
+    std::fill(loop.done.begin(), loop.done.end(), false);
+    optimizer_->begin_step(global_step(), updates());
+  } else if (!loop.backup) {
+    applied_min_ = *std::min_element(loop.applied.begin(), loop.applied.end());
+    const std::int64_t rounds = (loop.lead + applied_min_) / loop.workers;
+    while (stats_.steps < rounds) {
+      ++stats_.steps;
+      if (hooks.after_step) hooks.after_step(global_step());
+      if (topo_.role_index() == 0 && hooks.checkpoint_due && hooks.checkpoint_due(global_step()))
+        checkpoint_wanted_ = true;
+    }
+    advance_cuts(loop.words, loop.consumed, hooks);
+  }
+}
+
+std::vector<int> ParameterServer::missing_workers(const RelaxedLoop& loop) const {
+  std::vector<int> missing;
+  for (int w = 0; w < loop.workers; ++w) {
+    const std::int64_t pushed = relaxed_->pushed(loop.words, w, 0);
+    if (loop.backup ? pushed < stats_.steps + 1 : pushed <= loop.consumed_of(w, 0)) missing.push_back(w);
+  }
+  return missing;
+}
+
+std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
+  RelaxedLoop loop = start_relaxed();
   auto waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
-  bool stop_posted = false, stop_decided = false;
-  const bool cuts = config_.mode.per_gradient();
+  bool stop_posted = false;
   const bool slow_serve = test_fault(str("slow-serve:", topo_.world_rank()));
   for (;;) {
     const double t0 = now_seconds();
@@ -379,90 +538,14 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
       relaxed_->request_stop(stop_signal_received());
       stop_posted = true;
     }
-    relaxed_->read(words);
+    relaxed_->read(loop.words);
     const double t1 = now_seconds();
-    if (!cuts && topo_.role_index() == 0 && !stop_decided && words[1] != 0) {
-      // backup: a stop was requested: every worker stops before the step after the furthest any
-      // has pushed. None has passed it: a worker that had not seen the request is at most there,
-      // and one that has seen it waits at its next step boundary until this word is set. The
-      // pushed words are read one by one (each atomically, MPI-3.1 11.7.1), not as one snapshot;
-      // that is enough: each only grows, so each value read is at most the worker's count when
-      // the read ends, and the argument above holds worker by worker.
-      std::int64_t furthest = 0;
-      for (int w = 0; w < workers; ++w)
-        for (int b = 0; b < blocks; ++b) furthest = std::max(furthest, relaxed_->pushed(words, w, b));
-      relaxed_->set_stop_at(furthest + 1);
-      stop_decided = true;
-    }
+    decide_stop(loop);
     bool progressed = false;
-    for (int b = 0; b < blocks; ++b) {
-      const auto bi = static_cast<std::size_t>(b);
-      chosen.clear();
-      for (int w = 0; w < workers; ++w) {
-        const std::int64_t pushed = relaxed_->pushed(words, w, b);
-        // backup: the gradients of the step being collected (a late one is of an older step);
-        // ssp/async: any push not consumed yet (a worker has at most one: it waits for taken).
-        if (backup ? pushed == stats_.steps + 1 : pushed > consumed[static_cast<std::size_t>(w) * B + bi])
-          chosen.push_back(w);
-      }
-      if ((backup && done[bi]) || chosen.size() < needed) continue;
-      if (clip) {
-        // --grad-clip: the block's gradients are chosen now (later ones are dropped, as without
-        // clipping), and its share of the norm taken; every block of the step is applied once
-        // all are chosen, on every PS (the norm is the whole step's).
-        relaxed_->acquire_pushes();
-        const double inverse = 1.0 / static_cast<double>(chosen.size());
-        square_norms[bi] = gradient_square_norm(b, chosen) * inverse * inverse;
-        step_chosen[bi] = chosen;
-        stats_.dropped_block_gradients += workers - static_cast<int>(chosen.size());
-        stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
-        done[bi] = true;
-        progressed = true;
-        if (std::all_of(done.begin(), done.end(), [](bool d) { return d; }))
-          apply_step_clipped(step_chosen, square_norms, version);
-        continue;
-      }
-      // With the look-ahead, ssp and async apply to the private master copy, which no worker
-      // reads: only the publication writes what workers Get, so only it holds the block's lock,
-      // and it runs once however many gradients were applied.
-      const bool outside_lock = !backup && lookahead_;
-      if (outside_lock) relaxed_->acquire_pushes();
-      else relaxed_->lock(b);
-      if (backup) {
-        apply_slots(b, chosen, 1.0f / static_cast<float>(chosen.size()), 1.0f / static_cast<float>(chosen.size()));
-        version[bi] = stats_.steps + 2;
-        stats_.dropped_block_gradients += workers - static_cast<int>(chosen.size());
-        stats_.dropped_steps = static_cast<double>(stats_.dropped_block_gradients) / blocks;
-        done[bi] = true;
-      } else {
-        points.clear();
-        for (int w : chosen) {
-          const std::int64_t stale = version[bi] - relaxed_->base(words, w, b);
-          stats_.staleness_max = std::max(stats_.staleness_max, stale);
-          stats_.staleness_sum += static_cast<double>(stale);
-          ++stats_.staleness_count;
-          // The schedule follows steps (W gradients); Adam's bias correction counts what its
-          // averages have seen, each gradient (a checkpoint's updates count W each).
-          points.push_back({first_step_ + (lead + applied[bi]) / workers, gradient_base_ + applied[bi]});
-          // One push, except on an empty block: a worker announces those without waiting for
-          // the PS to take its previous push, so several may be pending (none has elements).
-          const std::int64_t pushes = relaxed_->pushed(words, w, b) - consumed[static_cast<std::size_t>(w) * B + bi];
-          applied[bi] += pushes;
-          version[bi] += pushes;
-          if (b == 0) stats_.gradients_applied += pushes;
-        }
-        // Each gradient its own update, in worker order, in one pass over the block.
-        apply_each(b, chosen, points, 1.0f / static_cast<float>(workers));
-      }
-      if (outside_lock) relaxed_->lock(b);
-      publish_block(b);
-      relaxed_->publish_and_unlock(b, version[bi]);
-      if (!backup)
-        for (int w : chosen) {
-          const std::int64_t pushed = relaxed_->pushed(words, w, b);
-          consumed[static_cast<std::size_t>(w) * B + bi] = pushed;
-          relaxed_->take(w, b, pushed);
-        }
+    for (int b = 0; b < loop.blocks; ++b) {
+      if (!choose_gradients(loop, b)) continue;
+      if (loop.clip) choose_for_clipped_step(loop, b);
+      else apply_chosen(loop, b);
       progressed = true;
     }
     const double t2 = now_seconds();
@@ -473,24 +556,7 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
     } else {
       stats_.wait_s += t2 - t0;
     }
-    // Steps complete: backup, every block of the step applied; ssp/async, W gradients applied to
-    // every block (so the checkpoint hook sees whole rounds, and W = 1 counts like sync).
-    if (backup && std::all_of(done.begin(), done.end(), [](bool d) { return d; })) {
-      ++stats_.steps;
-      if (after_step) after_step(global_step());
-      std::fill(done.begin(), done.end(), false);
-      optimizer_->begin_step(global_step(), updates());
-    } else if (!backup) {
-      applied_min_ = *std::min_element(applied.begin(), applied.end());
-      const std::int64_t rounds = (lead + applied_min_) / workers;
-      while (stats_.steps < rounds) {
-        ++stats_.steps;
-        if (after_step) after_step(global_step());
-        if (topo_.role_index() == 0 && hooks.checkpoint_due && hooks.checkpoint_due(global_step()))
-          checkpoint_wanted_ = true;
-      }
-      advance_cuts(words, consumed, hooks);
-    }
+    count_steps(loop, hooks);
     if (progressed) {
       comm::Liveness::note_progress();
       waiter = std::make_unique<comm::PollWaiter>(config_.hang_timeout_s, config_.max_nap_us);
@@ -498,18 +564,11 @@ std::int64_t ParameterServer::serve_relaxed(const Hooks& hooks) {
     }
     // Every worker left: a worker's last push was consumed before it pulled (ssp/async), and a
     // late one of backup is dropped.
-    if (words[0] == workers) return stats_.steps;
+    if (loop.words[0] == loop.workers) return stats_.steps;
     if (slow_serve) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // test-only: a PS behind
-    if (!waiter->pause()) {
-      std::vector<int> missing;
-      for (int w = 0; w < workers; ++w) {
-        const std::int64_t pushed = relaxed_->pushed(words, w, 0);
-        if (backup ? pushed < stats_.steps + 1 : pushed <= consumed[static_cast<std::size_t>(w) * B])
-          missing.push_back(w);
-      }
-      throw relaxed_->hang(missing, waiter->waited_seconds(),
-                           backup ? str("the gradients of step ", global_step()) : std::string("any gradient"));
-    }
+    if (!waiter->pause())
+      throw relaxed_->hang(missing_workers(loop), waiter->waited_seconds(),
+                           loop.backup ? str("the gradients of step ", global_step()) : std::string("any gradient"));
   }
 }
 

@@ -47,6 +47,11 @@ class NpyFile {
 
  private:
   void check();  // the constructor's checks, on the open file
+  // check()'s pieces: the magic, version and header dictionary (header_, data_offset_); the dtype
+  // (kind_, item_size_); the data's size against the shape's.
+  void read_header(std::uint64_t file_size);
+  void check_dtype();
+  void check_data_size(std::uint64_t file_size) const;
 
   std::string path_;
   int fd_ = -1;

@@ -84,6 +84,8 @@ class Network {
     bool add = false;
   };
   void plan_buffers();
+  void plan_activations();  // plan_buffers(): act_owner_ and act_
+  void plan_gradients();    // plan_buffers(): dy_buffer_, dx_, grad_ and scratch_
   const float* activation(int node, const float* x) const;
   std::vector<TensorShape> input_shapes(std::size_t node, int n) const;
   void forward(const float* x, int n, const Pass& pass);

@@ -156,6 +156,29 @@ class ParameterServer {
   static float clipped_scale(double coefficient, std::size_t count);
   bool clipping() const { return optimizer_->config().grad_clip > 0.0; }
   std::int64_t serve_relaxed(const Hooks& hooks);
+  // serve_relaxed()'s pieces. RelaxedLoop (server.cpp) is the loop's state across polls.
+  struct RelaxedLoop;
+  // The state of a run's first poll; begins the optimizer's first step (backup) or sets its
+  // step fraction 1/W (ssp/async).
+  RelaxedLoop start_relaxed();
+  // backup, PS 0, once a stop was requested: the step the workers stop before.
+  void decide_stop(RelaxedLoop& loop);
+  // The workers whose gradients block `b` takes now (loop.chosen); true if the block is to be
+  // applied (enough of them, and under backup not applied yet this step).
+  bool choose_gradients(RelaxedLoop& loop, int b) const;
+  // backup under --grad-clip: block `b`'s chosen gradients and share of the norm kept; the whole
+  // step applied once every block's are in.
+  void choose_for_clipped_step(RelaxedLoop& loop, int b);
+  // backup: the gradients of the step left out of block `b` (ServerStats::dropped_*).
+  void count_dropped(const RelaxedLoop& loop);
+  // Applies the chosen gradients to block `b`, publishes it, and (ssp/async) takes the pushes.
+  void apply_chosen(RelaxedLoop& loop, int b);
+  // ssp/async: each chosen push's optimizer update point (loop.points), staleness and count.
+  void plan_gradient_updates(RelaxedLoop& loop, int b);
+  // The steps completed since the last poll: the after-step and checkpoint hooks, and the cuts.
+  void count_steps(RelaxedLoop& loop, const Hooks& hooks);
+  // The workers whose gradient the PS waits for (named when it times out).
+  std::vector<int> missing_workers(const RelaxedLoop& loop) const;
   // ssp/async: moves the cut protocol on (serve_relaxed, after each poll and apply).
   void advance_cuts(const std::vector<std::int64_t>& words, const std::vector<std::int64_t>& consumed,
                     const Hooks& hooks);
