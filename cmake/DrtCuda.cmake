@@ -41,6 +41,9 @@ if(DRT_ENABLE_CUDA)
   endforeach()
   add_library(drt_cuda_libs INTERFACE)
   target_include_directories(drt_cuda_libs INTERFACE ${DRT_CUDNN_INCLUDE_DIR} ${DRT_NCCL_INCLUDE_DIR})
-  target_link_libraries(drt_cuda_libs INTERFACE CUDA::cudart CUDA::cublas ${DRT_CUDNN_LIBRARY} ${DRT_NCCL_LIBRARY})
+  # cuBLAS is not linked: src/backend/cuda/cublas_loader.cpp dlopens it on first use (linked, it
+  # brings libcublasLt's ~150 MiB of static initialisation into every rank, GPU or not). Its
+  # headers come with the toolkit's include directory (CUDA::cudart's).
+  target_link_libraries(drt_cuda_libs INTERFACE CUDA::cudart ${DRT_CUDNN_LIBRARY} ${DRT_NCCL_LIBRARY} ${CMAKE_DL_LIBS})
   message(STATUS "drtrain: cuDNN ${DRT_CUDNN_LIBRARY}, NCCL ${DRT_NCCL_LIBRARY}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
 endif()

@@ -6,12 +6,15 @@
 #   gpu:  the executable; exit code 77 means "no usable GPU" and ctest reports it as Skipped.
 # EXPECT_FAIL_REGEX turns the test around: the command must exit non-zero, print a line matching
 # the regex exactly EXPECT_COUNT times (default 1), and finish within the timeout.
+# EXPECT_REGEX: the command must exit 0 and print exactly EXPECT_COUNT (default 1) lines matching
+# it, each of them also matching EXPECT_LINE_REGEX when given (cmake/DrtExpectLines.cmake).
 # SUMMARY_AT_LEAST <field> <min>: the command (drtrain) must exit 0 and its JSON summary line must
 # have field >= min (cmake/DrtCheckSummary.cmake).
 #
 #   drt_test_executable(<target> SOURCES ... [LIBS ...] [MPI_MAIN])
 #   drt_add_test(NAME <name> KIND unit|mpi|gpu COMMAND <target> [args...] [ARGS ...] [NP n] [TIMEOUT s]
 #                [EXPECT_FAIL_REGEX <regex>] [EXPECT_COUNT n|n+] [SUMMARY_AT_LEAST <field> <min>]
+#                [EXPECT_REGEX <regex> [EXPECT_LINE_REGEX <regex>]]
 #                [ENV VAR=value ...] [LABELS ...])
 
 set(DRT_MPIEXEC_FLAGS "" CACHE STRING "Extra mpiexec flags for MPI tests (a CMake list)")
@@ -31,7 +34,7 @@ function(drt_test_executable target)
 endfunction()
 
 function(drt_add_test)
-  cmake_parse_arguments(T "" "NAME;KIND;NP;TIMEOUT;EXPECT_FAIL_REGEX;EXPECT_COUNT"
+  cmake_parse_arguments(T "" "NAME;KIND;NP;TIMEOUT;EXPECT_FAIL_REGEX;EXPECT_COUNT;EXPECT_REGEX;EXPECT_LINE_REGEX"
                         "COMMAND;ARGS;LABELS;SUMMARY_AT_LEAST;ENV" ${ARGN})
   # COMMAND <target or program> [its first arguments...]: the rest go before ARGS.
   list(POP_FRONT T_COMMAND T_PROGRAM)
@@ -62,6 +65,17 @@ function(drt_add_test)
     endif()
     set(cmd ${CMAKE_COMMAND} "-DREGEX=${T_EXPECT_FAIL_REGEX}" -DEXPECT_COUNT=${T_EXPECT_COUNT}
             -P ${PROJECT_SOURCE_DIR}/cmake/DrtExpectFailure.cmake -- ${cmd})
+  endif()
+  if(DEFINED T_EXPECT_REGEX)
+    if(NOT T_EXPECT_COUNT)
+      set(T_EXPECT_COUNT 1)
+    endif()
+    set(line_arg "")
+    if(DEFINED T_EXPECT_LINE_REGEX)
+      set(line_arg "-DLINE_REGEX=${T_EXPECT_LINE_REGEX}")
+    endif()
+    set(cmd ${CMAKE_COMMAND} "-DREGEX=${T_EXPECT_REGEX}" -DEXPECT_COUNT=${T_EXPECT_COUNT} ${line_arg}
+            -P ${PROJECT_SOURCE_DIR}/cmake/DrtExpectLines.cmake -- ${cmd})
   endif()
   if(T_SUMMARY_AT_LEAST)
     list(GET T_SUMMARY_AT_LEAST 0 field)

@@ -101,7 +101,7 @@ DevicePlan plan_devices(const TrainConfig& c, const comm::Topology& topo) {
         throw ConfigError(str("--device cuda: no usable GPU on ", topo.my_name(), ": ", gpus.why_none,
                               " (CUDA_VISIBLE_DEVICES=", gpus.visible_env, "); pass --device cpu"));
       } else if (topo.is_chief()) {
-        log_info("--device auto: no usable GPU (", gpus.why_none, "); training on the CPU");
+        log_info("--device auto: no GPU visible (", gpus.why_none, "); workers train on the CPU");
       }
     } catch (const ConfigError& e) {
       error = e.what();
