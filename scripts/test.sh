@@ -5,7 +5,8 @@
 # installed; then the same suite in the CPU-only configuration (-DDRT_ENABLE_CUDA=OFF) against
 # MPICH (scripts/mpich_check.sh, in build-mpich/), so neither configuration rots; then the
 # sanitizer pass (scripts/sanitizer_check.sh, in build-asan/); then 20 s of each libFuzzer
-# target (scripts/fuzz_check.sh, clang, in build-fuzz/). First of all, the lint check
+# target (scripts/fuzz_check.sh, clang, in build-fuzz/); then drt_bench_exchange on 8 simulated
+# nodes (scripts/smpi_check.sh, SimGrid SMPI, in build-smpi/). First of all, the lint check
 # (scripts/lint_check.sh: clang-tidy and clang-format, a few minutes). Exits non-zero on any
 # failure; safe to run again.
 set -euo pipefail
@@ -28,4 +29,6 @@ phase ctest ctest --test-dir "$DRT_BUILD" --output-on-failure -j "$DRT_JOBS"
 phase mpich "$DRT_ROOT/scripts/mpich_check.sh"
 phase sanitizer "$DRT_ROOT/scripts/sanitizer_check.sh"
 phase fuzz "$DRT_ROOT/scripts/fuzz_check.sh"
+# SimGrid SMPI: drt_bench_exchange on 8 simulated nodes (scripts/smpi_check.sh, in build-smpi/).
+phase smpi "$DRT_ROOT/scripts/smpi_check.sh"
 printf 'test.sh: %s\n' "${timings[@]}" "$(printf '%-10s %5d s' total "$SECONDS")"

@@ -84,6 +84,7 @@ MpiSession::~MpiSession() {
   std::fflush(nullptr);
   // MPI_Finalize may still hang in a library bug; everything the job produced is complete by now,
   // so a rank still here after kFinalizeGraceSeconds leaves with its exit status.
+#if !DRT_SMPI  // under SMPI every rank is a thread of one simulator: _Exit would end them all
   std::thread([status = exit_status_] {
     std::this_thread::sleep_for(std::chrono::seconds(kFinalizeGraceSeconds));
     std::fprintf(stderr, "%s: MPI_Finalize did not return within %d s; leaving with status %d\n", rank_tag().c_str(),
@@ -91,6 +92,7 @@ MpiSession::~MpiSession() {
     std::fflush(stderr);
     std::_Exit(status);
   }).detach();
+#endif
   if (skip_finalize_ && std::getenv("PMI_FD")) {
     // MPICH 4.0 and 4.1 with ch4:ucx deadlock in MPI_Finalize between nodes: each rank closes its
     // UCX endpoints, and a close that still needs the peer (over TCP it does, at times) waits for

@@ -17,6 +17,10 @@ std::string g_note;
 // The configured value of Open MPI's "osc" control variable, through MPI_T (allowed before
 // MPI_Init). false if it cannot be read.
 bool read_osc_cvar(std::string& value) {
+#if DRT_SMPI
+  (void)value;  // SMPI (SimGrid) has no MPI_T interface: no control variable to read
+  return false;
+#else
   int provided = 0;
   if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return false;
   bool ok = false;
@@ -43,6 +47,7 @@ bool read_osc_cvar(std::string& value) {
   }
   MPI_T_finalize();
   return ok;
+#endif
 }
 
 // Open MPI's major version from MPI_Get_library_version (allowed before MPI_Init), or 0 when

@@ -61,10 +61,14 @@ void Window::reset() noexcept {
 }
 
 bool Window::unified() const {
+#if DRT_SMPI
+  return true;  // SMPI rejects MPI_WIN_MODEL (MPI_ERR_ARG); its windows are plain memory: unified
+#else
   int* model = nullptr;
   int found = 0;
   DRT_MPI_CHECK(MPI_Win_get_attr(win_, MPI_WIN_MODEL, &model, &found));
   return found && *model == MPI_WIN_UNIFIED;
+#endif
 }
 
 PassiveEpoch::PassiveEpoch(const Window& window) : win_(window.get()) {
