@@ -3,7 +3,8 @@
 # error) over drtrain's .cpp files, the clang-format check (.clang-format) over the C++ sources, and
 # the size check (scripts/size_check.py): no C++ function of 80 lines or more in src/ include/
 # kernels/ tests/ bench/, no document (README.md, docs/*.md, bench/RESULTS.md, src/**/README.md)
-# over 400 lines, except those scripts/lint_exceptions.txt lists (a list that may only shrink).
+# over 400 lines, except those scripts/lint_exceptions.txt lists (a list that may only shrink),
+# and every relative link of the Markdown documents resolving (scripts/check_doc_links.py).
 # Exits non-zero on any clang-tidy finding, any file clang-format would change, or any size finding.
 #
 # clang-tidy reads the compile commands of a CPU-only configure in build-tidy/ (nothing is built);
@@ -76,8 +77,9 @@ fi
 if [[ " $checks " == *" size "* ]]; then
   # Prints each function or document over its limit that is not listed, and each listed one no
   # longer over it (the list shrinks as they are fixed).
-  if python3 "$DRT_ROOT/scripts/size_check.py" "$DRT_ROOT"; then
-    echo "lint_check: size: no function or document over its limit outside scripts/lint_exceptions.txt"
+  # The map and the documents link each other: every relative link must resolve too.
+  if python3 "$DRT_ROOT/scripts/size_check.py" "$DRT_ROOT" && python3 "$DRT_ROOT/scripts/check_doc_links.py"; then
+    echo "lint_check: size: no function or document over its limit outside scripts/lint_exceptions.txt; doc links resolve"
   else
     echo "lint_check: size: FAILED (split what it lists; remove fixed entries from scripts/lint_exceptions.txt)" >&2
     failed=1

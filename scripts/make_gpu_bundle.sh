@@ -266,6 +266,10 @@ copy_deps() {
   done < <(elf_files)
 }
 copy_deps
+# drtrain loads cuBLAS on first use (src/backend/cuda/cublas_loader.cpp), so ldd no longer lists
+# it: name it here, so the bundle's check still covers it (found under CUDA_HOME on the host).
+CUDA_FROM_HOST[libcublas.so.13]=1
+CUDA_FROM_HOST[libcublasLt.so.13]=1
 # libstdc++ and libgcc_s come from the host (GCC 11+ there); lib/cxx is the fallback env.sh uses
 # when the host's libstdc++ lacks a version the bundle needs.
 for so in libstdc++.so.6 libgcc_s.so.1; do

@@ -57,7 +57,8 @@ struct TrainConfig {
   int threads = 0;  // BLAS threads per worker; 0: cores on the node / workers on the node
   // Overlap the exchange with compute (a worker's exchange thread: push during backward, pull
   // during the next forward) where possible (CPU or GPU towers, --sync-mode sync, --rma-sync
-  // passive, MPI with MPI_THREAD_SERIALIZED); off by default (docs/EXCHANGE.md, "Overlapping the exchange with compute": where it pays).
+  // passive, MPI with MPI_THREAD_SERIALIZED); off by default (docs/EXCHANGE.md, "Overlapping the exchange with
+  // compute": where it pays).
   bool overlap = false;
   std::size_t bucket_kib = 4096;  // --overlap: the smallest gradient bucket pushed at once
   // An experiment knob, not for production: --straggler W:F makes worker W sleep (F - 1) x its
