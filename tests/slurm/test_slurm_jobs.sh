@@ -81,7 +81,7 @@ requeue_dir="$work/ck/requeue"
 requeue_metrics="$work/out/requeue.jsonl"
 id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$requeue_out" \
   --export="$common,CHECKPOINT_DIR=$requeue_dir,CHECKPOINT_SECS=3600,DRT_TEST_FAULT=stop:1:30" \
-  "$root/jobs/slurm_requeue.sbatch" --max-steps 300 --checkpoint-every 20 --log-every 100 --eval false \
+  "$root/jobs/slurm_requeue.sbatch" --max-steps 300 --checkpoint-every 20 --log-every 10 --eval false \
   --lr-schedule constant --warmup-steps 0 --dataset synthetic --model cnn --metrics "$requeue_metrics" \
   --checkpoint-dir "$requeue_dir" --num-ps 1)  # the script passes these two too: the last value wins
 # ranks_of DIR: PIDs of the drtrain processes whose command line names DIR (this job's ranks).
@@ -151,6 +151,25 @@ PY
   else
     fail "requeue: the metrics file lost the records of before the requeue"; head -c 2000 "$requeue_metrics"
   fi
+fi
+
+# srun's exit status on a stop (jobs/README.md): SIGUSR1 to srun reaches every task, drtrain stops
+# at a step boundary, saves and exits 75, and srun exits 75, so a wrapper of its own can requeue.
+# The job waits for the first checkpoint (LATEST) before it signals: no assumption about speed.
+srun_out="$work/out/srun_stop.out"
+srun_dir="$work/ck/srun_stop"
+id=$(sbatch --parsable --nodes=1 --ntasks=3 --overcommit --output="$srun_out" --wrap \
+  "srun --mpi=$mpi $drtrain --num-ps 1 --expect-ranks 3 --config $root/jobs/configs/mlp.ini --epochs 1000 \
+   --log-every 50 --eval false --lr-schedule constant --warmup-steps 0 --checkpoint-every 20 \
+   --checkpoint-dir $srun_dir & p=\$!; while [ ! -e $srun_dir/LATEST ] && kill -0 \$p 2>/dev/null; do sleep 0.2; done;
+   kill -USR1 \$p; wait \$p; echo srun-exit=\$?")
+wait_job "$id" > /dev/null
+newest=$(ls "$srun_dir"/ckpt-*.h5 2>/dev/null | tail -1)
+if ! grep -q "^srun-exit=75$" "$srun_out" || ! grep -q '"stopped_by":"SIGUSR1"' "$srun_out" \
+   || [ -z "$newest" ] || ! "$bin/drtrain-ckpt" verify "$newest" > /dev/null; then
+  fail "srun-stop: SIGUSR1 to srun did not end with exit 75 and a verified checkpoint"; tail -20 "$srun_out"
+else
+  echo "ok: srun-stop: SIGUSR1 to srun: the tasks stopped, saved $(basename "$newest"), srun exited 75"
 fi
 
 # A launcher that does not match the MPI library must not train N single-rank jobs.
