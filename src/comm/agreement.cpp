@@ -32,6 +32,14 @@ void require_same(const Comm& comm, std::uint64_t fingerprint_value, const std::
                           "line, configuration file and data"));
 }
 
+std::string broadcast_text(const Comm& comm, int root, std::string text) {
+  std::int64_t size = static_cast<std::int64_t>(text.size());
+  DRT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, root, comm.get()));
+  text.resize(static_cast<std::size_t>(size));
+  DRT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, root, comm.get()));
+  return text;
+}
+
 std::uint64_t fingerprint(const std::string& text) {
   std::uint64_t hash = 1469598103934665603ULL;
   for (unsigned char c : text) {

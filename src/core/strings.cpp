@@ -69,6 +69,15 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
   return out;
 }
 
+std::vector<std::string> split_exact(const std::string& text, const std::string& sep) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (std::size_t at; (at = text.find(sep, from)) != std::string::npos; from = at + sep.size())
+    out.push_back(text.substr(from, at - from));
+  out.push_back(text.substr(from));
+  return out;
+}
+
 long long parse_count(const std::string& text, const std::string& what) {
   std::size_t used = 0;
   long long value = -1;

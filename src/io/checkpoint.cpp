@@ -37,16 +37,6 @@ std::vector<std::int64_t> dataset_shape(hid_t file, const std::string& path) {
   return std::vector<std::int64_t>(d.begin(), d.end());
 }
 
-// "a; b; c" -> {"a", "b", "c"}
-std::vector<std::string> split_fields(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t from = 0;
-  for (std::size_t at; (at = text.find("; ", from)) != std::string::npos; from = at + 2)
-    out.push_back(text.substr(from, at - from));
-  out.push_back(text.substr(from));
-  return out;
-}
-
 // Checks that the file holds exactly this model's tensors with these shapes, and these slots.
 // A definition's lines without its first "model NAME" line (the name is the words of --model).
 std::vector<std::string> definition_lines(const std::string& text) {
@@ -82,7 +72,8 @@ void check_same_model(const CheckpointMeta& m, const ResumeMatch& match) {
 // The checkpoint's run trained on the same data (where the file says which).
 void check_same_data(const CheckpointMeta& m, const ResumeMatch& match) {
   if (m.data_identity.empty() || match.data_identity.empty() || m.data_identity == match.data_identity) return;
-  const std::vector<std::string> ours = split_fields(match.data_identity), theirs = split_fields(m.data_identity);
+  const std::vector<std::string> ours = split_exact(match.data_identity, "; "),
+                                 theirs = split_exact(m.data_identity, "; ");
   std::vector<std::string> differ;
   for (std::size_t i = 0; i < std::max(ours.size(), theirs.size()); ++i) {
     const std::string a = i < ours.size() ? ours[i] : "-", b = i < theirs.size() ? theirs[i] : "-";

@@ -58,24 +58,6 @@ io::CheckpointMeta read_into(const Job& job, const std::string& file, ResumePoin
   return meta;
 }
 
-// `text` of `root` on every rank of `comm`.
-std::string broadcast_text(const comm::Comm& comm, int root, std::string text) {
-  std::int64_t size = static_cast<std::int64_t>(text.size());
-  DRT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT64_T, root, comm.get()));
-  text.resize(static_cast<std::size_t>(size));
-  DRT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, root, comm.get()));
-  return text;
-}
-
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t from = 0;
-  for (std::size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1)
-    out.push_back(text.substr(from, nl - from));
-  out.push_back(text.substr(from));
-  return out;
-}
-
 // What PS 0 found in --checkpoint-dir at start-up (docs/CHECKPOINT_FORMAT.md, "Runs").
 struct DirectoryState {
   std::vector<io::StoredCheckpoint> files;  // newest first, with the run that wrote each
@@ -119,8 +101,8 @@ std::optional<io::CheckpointMeta> choose_and_read(const Job& job, ResumePoint& r
   }
   std::string order;
   if (lead) order = join(io::resume_candidates(dir.files, dir.latest), "\n");
-  order = broadcast_text(job.topo.role_comm(), 0, order);
-  for (const std::string& file : order.empty() ? std::vector<std::string>() : split_lines(order)) {
+  order = comm::broadcast_text(job.topo.role_comm(), 0, order);
+  for (const std::string& file : order.empty() ? std::vector<std::string>() : split_exact(order, "\n")) {
     try {
       const io::CheckpointMeta m = read_into(job, file, r);
       r.file = file;
@@ -187,7 +169,7 @@ void establish_identity(const Job& job, ResumePoint& r, const DirectoryState& di
   }
   comm::raise_if_any(topo.world(), error);
   const std::vector<std::string> fields =
-      split_lines(broadcast_text(topo.world(), topo.ps_world_ranks().front(), packed));
+      split_exact(comm::broadcast_text(topo.world(), topo.ps_world_ranks().front(), packed), "\n");
   r.run_id = fields.at(0);
   r.parent_run_id = fields.at(1);
   r.lineage = fields.at(2);

@@ -153,15 +153,6 @@ std::string data_identity(const TrainConfig& c, const data::SourceInfo& info) {
              source);
 }
 
-// `text` of world rank `root` on every rank.
-std::string broadcast_string(const comm::Comm& comm, int root, std::string text) {
-  int size = static_cast<int>(text.size());
-  DRT_MPI_CHECK(MPI_Bcast(&size, 1, MPI_INT, root, comm.get()));
-  text.resize(static_cast<std::size_t>(size));
-  DRT_MPI_CHECK(MPI_Bcast(text.data(), size, MPI_CHAR, root, comm.get()));
-  return text;
-}
-
 // Workers open the data; a failure on any rank becomes the same ConfigError everywhere.
 WorkerData load_data(const TrainConfig& c, const comm::Topology& topo) {
   WorkerData d;
@@ -205,7 +196,7 @@ Job make_job(const TrainConfig& c, const comm::Topology& topo, const WorkerData&
   job.train_count = facts[0];
   job.test_count = facts[1];
   job.data_identity =
-      broadcast_string(topo.world(), chief, d.train ? data_identity(c, d.train->info()) : std::string());
+      comm::broadcast_text(topo.world(), chief, d.train ? data_identity(c, d.train->info()) : std::string());
   // Validates the batch against workers x towers on every rank (ConfigError alike everywhere).
   const data::EpochPlan plan(job.train_count, c.batch_size, topo.num_workers(), c.towers, c.seed, 0);
   job.steps_per_epoch = plan.steps();

@@ -342,6 +342,12 @@ TEST(Strings, ShortestReadsBackTheSameDouble) {
     EXPECT_EQ(std::strtod(shortest(v).c_str(), nullptr), v) << shortest(v);
 }
 
+TEST(Strings, SplitExactKeepsEmptyPieces) {
+  EXPECT_EQ(split_exact("a; ; b", "; "), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(split_exact("x\ny\n", "\n"), (std::vector<std::string>{"x", "y", ""}));
+  EXPECT_EQ(split_exact("", ";"), (std::vector<std::string>{""}));
+}
+
 // --check and --dry-run set the check mode; a run is not a check.
 TEST(TrainConfig, CheckAndDryRun) {
   EXPECT_FALSE(parse({})->check);

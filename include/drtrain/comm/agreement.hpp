@@ -18,6 +18,9 @@ void raise_if_any(const Comm& comm, const std::optional<std::string>& local_erro
 // what should be one shared value (`what`, e.g. "the configuration").
 void require_same(const Comm& comm, std::uint64_t fingerprint, const std::string& what);
 
+// Collective. `text` of rank `root` on every rank of `comm` (its size first, then its bytes).
+std::string broadcast_text(const Comm& comm, int root, std::string text);
+
 // FNV-1a, for fingerprints of text.
 std::uint64_t fingerprint(const std::string& text);
 

@@ -32,6 +32,10 @@ std::string join(const std::vector<std::string>& parts, const std::string& sep);
 // split_list("a, b,,c", ',') == {"a", "b", "c"}: items without blanks, empty ones dropped.
 std::vector<std::string> split_list(const std::string& text, char sep);
 
+// split_exact("a; ; b", "; ") == {"a", "", "b"}: every piece between separators, empty ones
+// kept (split_exact("", ";") == {""}).
+std::vector<std::string> split_exact(const std::string& text, const std::string& sep);
+
 // Parses a non-negative integer; throws ConfigError naming `what` on anything else.
 long long parse_count(const std::string& text, const std::string& what);
 
