@@ -5,8 +5,9 @@
 # floor (the busiest node's bytes per step / link rate). Needs root; run after a build.
 #
 #   bench/cluster_exchange.sh [BUILD_DIR] [RATES]       e.g. bench/cluster_exchange.sh build "1gbit 10gbit"
+#   (a rate of "none" leaves the links unlimited: what the exchange costs the shared CPUs alone)
 #
-# Layouts (one row each, per rate):
+# Layouts (one row each, per rate; DRT_BENCH_LAYOUTS="dedicated-2+2 ..." to choose):
 #   dedicated 2+2   4 nodes, 1 rank each: PS on nodes 1-2, workers on nodes 3-4
 #   dedicated 4+4   8 nodes, 1 rank each: PS on nodes 1-4, workers on nodes 5-8
 #   co-located 2x2  2 nodes, 2 ranks each, --ps-placement per-node (a PS and a worker per node)
@@ -39,8 +40,8 @@ if [ -n "\${6:-}" ]; then export OMPI_MCA_osc=\$6; sizes=16; fi
 EOF
 chmod +x "$inner"
 
-gbit_of() {  # tc rate -> Gbit/s
-  case $1 in *gbit) echo "${1%gbit}" ;; *mbit) awk "BEGIN{print ${1%mbit}/1000}" ;; *) echo "unknown rate $1" >&2; exit 1 ;; esac
+gbit_of() {  # tc rate -> Gbit/s (none: unlimited links, no link floor: the exchange's CPU-only time)
+  case $1 in none) echo 0 ;; *gbit) echo "${1%gbit}" ;; *mbit) awk "BEGIN{print ${1%mbit}/1000}" ;; *) echo "unknown rate $1" >&2; exit 1 ;; esac
 }
 
 run() {  # NAME NODES PPN PS PLACEMENT RATE [OSC]
@@ -52,11 +53,17 @@ run() {  # NAME NODES PPN PS PLACEMENT RATE [OSC]
   grep -A20 "^links at" "$out/$name.log" | grep -v '^{' >&2 || true
 }
 
+layouts=${DRT_BENCH_LAYOUTS:-"dedicated-2+2 dedicated-4+4 colocated-2x2 colocated-4x2"}
 for rate in $rates; do
-  run "dedicated-2+2-$rate" 4 1 2 first "$rate"
-  run "dedicated-4+4-$rate" 8 1 4 first "$rate"
-  run "colocated-2x2-$rate" 2 2 2 per-node "$rate"
-  run "colocated-4x2-$rate" 4 2 4 per-node "$rate"
+  for layout in $layouts; do
+    case $layout in
+      dedicated-2+2) run "$layout-$rate" 4 1 2 first "$rate" ;;
+      dedicated-4+4) run "$layout-$rate" 8 1 4 first "$rate" ;;
+      colocated-2x2) run "$layout-$rate" 2 2 2 per-node "$rate" ;;
+      colocated-4x2) run "$layout-$rate" 4 2 4 per-node "$rate" ;;
+      *) echo "cluster_exchange: unknown layout '$layout' in DRT_BENCH_LAYOUTS" >&2; exit 2 ;;
+    esac
+  done
 done
 first_rate=$(echo "$rates" | awk '{print $1}')
 if [ "${DRT_BENCH_UCX:-0}" = 1 ]; then run "dedicated-4+4-ucx-$first_rate" 8 1 4 first "$first_rate" ucx; fi

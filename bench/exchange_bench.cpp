@@ -40,6 +40,7 @@
 #include "drtrain/core/error.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/rules.hpp"
+#include "drtrain/plan/exchange_model.hpp"
 #include "drtrain/ps/server.hpp"
 #include "drtrain/ps/worker_exchange.hpp"
 #include "drtrain/train/cli_options.hpp"
@@ -255,28 +256,17 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
 }
 
 // The busiest node's link time for one exchange step of `floats` parameters at `gbit` Gbit/s per
-// direction: per node, bytes out = its workers' pushes to PS elsewhere + its PS' shards to
-// workers elsewhere; bytes in is the mirror image.
+// direction (plan::link_floor_s, the planner's link term): per node, bytes out = its workers'
+// pushes to PS elsewhere + its PS' shards to workers elsewhere; bytes in is the mirror image.
 double link_floor_ms(const comm::Topology& topo, std::size_t floats, double gbit) {
   std::vector<int> node(static_cast<std::size_t>(topo.world_size()));
   int mine = topo.node_index();
   DRT_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_INT, node.data(), 1, MPI_INT, topo.world().get()));
-  const ps::ShardPlan plan = ps::ShardPlan::balanced(floats, topo.num_ps());
-  std::vector<double> out(static_cast<std::size_t>(topo.num_nodes()), 0.0), in = out;
-  for (int w : topo.worker_world_ranks())
-    for (int p = 0; p < topo.num_ps(); ++p) {
-      const int wn = node[static_cast<std::size_t>(w)],
-                pn = node[static_cast<std::size_t>(topo.ps_world_ranks()[static_cast<std::size_t>(p)])];
-      if (wn == pn) continue;
-      const double bytes = 4.0 * static_cast<double>(plan.shard_size(p));
-      out[static_cast<std::size_t>(wn)] += bytes;  // push
-      in[static_cast<std::size_t>(pn)] += bytes;
-      out[static_cast<std::size_t>(pn)] += bytes;  // pull
-      in[static_cast<std::size_t>(wn)] += bytes;
-    }
-  double busiest = 0.0;
-  for (std::size_t n = 0; n < out.size(); ++n) busiest = std::max({busiest, out[n], in[n]});
-  return busiest * 8.0 / (gbit * 1e9) * 1e3;
+  plan::Placement where;
+  where.nodes = topo.num_nodes();
+  for (int p : topo.ps_world_ranks()) where.ps_node.push_back(node[static_cast<std::size_t>(p)]);
+  for (int w : topo.worker_world_ranks()) where.worker_node.push_back(node[static_cast<std::size_t>(w)]);
+  return plan::link_floor_s(where, floats, gbit) * 1e3;
 }
 
 struct Row {

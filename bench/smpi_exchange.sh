@@ -4,13 +4,14 @@
 # with the settings docs/SIMULATION.md explains, and prints the bench's table (its last line is
 # the bench's JSON). Options (each with its default):
 #   --nodes 8 --ps 2 --layout dedicated|colocated --gbit 25 --lat-us 2 --oversub 1 --build build-smpi
+#   --flat (one switch, as the emulated cluster's bridge: scripts/smpi_platform.py --flat)
 #   and, after --, the bench's own options (default: --sizes-mib 4 --iters 5 --warmup 1)
 # dedicated: N ranks, one per node; the PS are the first P nodes (--ps-placement first).
 # colocated: N workers, one per node, and P PS, one on each of the first P nodes (--ps-placement per-node).
 #   bench/smpi_exchange.sh --nodes 64 --ps 8 --gbit 25 -- --sizes-mib 16 --schemes passive,fence
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-nodes=8 ps=2 layout=dedicated gbit=25 lat_us=2 oversub=1 build="$root/build-smpi"
+nodes=8 ps=2 layout=dedicated gbit=25 lat_us=2 oversub=1 build="$root/build-smpi" flat=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -20,6 +21,7 @@ while [ $# -gt 0 ]; do
     --lat-us) lat_us=$2; shift 2 ;;
     --oversub) oversub=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --flat) flat=(--flat); shift ;;
     --) shift; break ;;
     *) echo "smpi_exchange: unknown option '$1' (see the comment at the top of $0)" >&2; exit 2 ;;
   esac
@@ -33,7 +35,7 @@ command -v smpirun >/dev/null || { echo "smpi_exchange: no smpirun; apt-get inst
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 speed=1e9  # flop/s: the hosts' speed and smpi/host-speed alike (simulated compute = host CPU time)
 python3 "$root/scripts/smpi_platform.py" --nodes "$nodes" --gbit "$gbit" --lat-us "$lat_us" \
-  --oversub "$oversub" --speed "$speed" -o "$work/platform.xml"
+  --oversub "$oversub" --speed "$speed" "${flat[@]}" -o "$work/platform.xml"
 case "$layout" in
   dedicated) placement=first; for ((i = 0; i < nodes; i++)); do echo "node-$i"; done >"$work/hosts" ;;
   colocated) placement=per-node

@@ -1,12 +1,12 @@
 # cmake --install BUILD [--prefix P]: the static libraries, the public headers (with the generated
-# config.hpp), the programs drtrain, drtrain-ckpt and drtrain-data, and a CMake package, so that
+# config.hpp), the programs drtrain, drtrain-ckpt, drtrain-data and drtrain-plan, and a CMake package, so that
 # another project can write
 #   find_package(drtrain REQUIRED)
 #   target_link_libraries(app PRIVATE drtrain::train)
 # (examples/custom_model/). Layout under P (GNUInstallDirs):
 #   include/drtrain/...                 public headers, include/drtrain/config.hpp
 #   lib/libdrt_*.a                      one library per part (docs/ARCHITECTURE.md)
-#   bin/drtrain, bin/drtrain-ckpt, bin/drtrain-data
+#   bin/drtrain, bin/drtrain-ckpt, bin/drtrain-data, bin/drtrain-plan
 #   lib/cmake/drtrain/                  drtrainConfig.cmake, drtrainConfigVersion.cmake, drtrainTargets*.cmake
 #
 # Imported targets, namespace drtrain:: (each drt_<part> is drtrain::<part>; the build tree has the
@@ -21,7 +21,7 @@ set(DRT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/drtrain" CACHE STRING
     "Where cmake --install puts drtrain's CMake package, relative to the prefix")
 mark_as_advanced(DRT_INSTALL_CMAKEDIR)
 
-set(_drt_exported drt_flags drt_core drt_kernels_ref drt_optim drt_data drt_backend drt_nn drt_comm drt_ps
+set(_drt_exported drt_flags drt_core drt_kernels_ref drt_optim drt_data drt_backend drt_nn drt_comm drt_plan drt_ps
                   drt_hdf5 drt_h5util drt_data_hdf5 drt_io drt_train)
 foreach(t drt_kernels drt_cuda_libs drt_dnnl)
   if(TARGET ${t})
@@ -38,7 +38,7 @@ foreach(t IN LISTS _drt_exported)
   add_library(drtrain::${name} ALIAS ${t})
 endforeach()
 
-install(TARGETS ${_drt_exported} drtrain drtrain-ckpt drtrain-data EXPORT drtrainTargets
+install(TARGETS ${_drt_exported} drtrain drtrain-ckpt drtrain-data drtrain-plan EXPORT drtrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

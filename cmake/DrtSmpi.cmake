@@ -32,7 +32,7 @@ add_library(drt_smpi_parts STATIC
   ${_drt_src}/comm/watchdog.cpp ${_drt_src}/comm/window.cpp
   ${_drt_src}/ps/control_channel.cpp ${_drt_src}/ps/exchange_config.cpp ${_drt_src}/ps/fence_protocol.cpp
   ${_drt_src}/ps/passive_protocol.cpp ${_drt_src}/ps/relaxed_server.cpp ${_drt_src}/ps/server.cpp
-  ${_drt_src}/ps/shard_plan.cpp ${_drt_src}/ps/shard_window.cpp ${_drt_src}/ps/protocol.cpp
+  ${_drt_src}/ps/shard_plan.cpp ${_drt_src}/plan/exchange_model.cpp ${_drt_src}/ps/shard_window.cpp ${_drt_src}/ps/protocol.cpp
   ${_drt_src}/ps/worker_exchange.cpp
   ${_drt_src}/train/cli_options.cpp)
 target_include_directories(drt_smpi_parts PRIVATE ${_drt_src})

@@ -3,8 +3,11 @@
 
 usage: cli_habits.py --bin BUILD/bin --mpiexec "mpiexec --oversubscribe ..." --work DIR CASE
 CASE:
-  tools   drtrain, drtrain-ckpt and drtrain-data (and their subcommands) answer --help and
+  tools   drtrain, drtrain-ckpt, drtrain-data (and their subcommands) and drtrain-plan answer --help and
           --version alike: exit 0, the help or "TOOL VERSION" on stdout, one version for all
+  plan    drtrain-plan at 1024 nodes prints the ring allreduce, a recommendation and that it
+          extrapolates beyond the simulated 64 nodes; --json ends with the recommendation; bad
+          usage (no --params, 1 node, an unknown testbed or wire) exits 2 naming the option
   check   drtrain --check / --dry-run on one process without mpirun: the layout, the parameter
           count, each role's memory; a job no node of this kind can hold (a batch of 4 million
           samples of the CNN) exits 1 from --check, and the real run under mpiexec is refused on
@@ -44,7 +47,7 @@ class Case:
     def tools(self):
         versions = set()
         for cmd in (["drtrain"], ["drtrain-ckpt"], ["drtrain-ckpt", "diff"], ["drtrain-data"],
-                    ["drtrain-data", "convert"], ["drtrain-data", "info"]):
+                    ["drtrain-data", "convert"], ["drtrain-data", "info"], ["drtrain-plan"]):
             _, out = run([self.bin(cmd[0])] + cmd[1:] + ["--help"])
             expect(out, "usage", " ".join(cmd) + " --help")
             _, out = run([self.bin(cmd[0])] + cmd[1:] + ["--version"])
@@ -52,6 +55,21 @@ class Case:
             assert first[0] == cmd[0], f"{' '.join(cmd)} --version printed {out!r}: expected '{cmd[0]} VERSION'"
             versions.add(first[1])
         assert len(versions) == 1, f"the tools report different versions: {versions}"
+
+    def plan(self):
+        # A plan names its recommendation and what it extrapolates; bad usage exits 2 naming the option.
+        _, out = run([self.bin("drtrain-plan"), "--params", "124M", "--nodes", "1024", "--gbit", "100"])
+        for needle in ("ring allreduce over the 1024 nodes", "recommended: --rma-sync", "beyond the 64 simulated"):
+            expect(out, needle, "drtrain-plan at 1024 nodes")
+        _, out = run([self.bin("drtrain-plan"), "--params", "2M", "--nodes", "8", "--json"])
+        last = json.loads(out.strip().splitlines()[-1])
+        assert last["nodes"] == 8 and last["best"].startswith("--rma-sync"), f"drtrain-plan --json ended with {last}"
+        for bad, needle in ((["--nodes", "8"], "--params"), (["--params", "1M", "--nodes", "1"], "--nodes 1"),
+                            (["--params", "1M", "--nodes", "8", "--testbed", "cloud"], "cloud"),
+                            (["--params", "1M", "--nodes", "8", "--wire", "fp8"], "--wire")):
+            code, out = run([self.bin("drtrain-plan")] + bad, expect_ok=False)
+            assert code == 2, f"drtrain-plan {' '.join(bad)} exited {code}, expected 2"
+            expect(out, needle, "drtrain-plan " + " ".join(bad))
 
     def check(self):
         _, out = run([self.bin("drtrain"), "--check"])
@@ -166,14 +184,14 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--mpiexec", required=True)
     p.add_argument("--work", required=True)
-    p.add_argument("case", choices=["tools", "check", "eval", "ckpt", "resume", "flags"])
+    p.add_argument("case", choices=["tools", "plan", "check", "eval", "ckpt", "resume", "flags"])
     a = p.parse_args()
     a.root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../.."))
     a.work = os.path.join(a.work, a.case)
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     case = Case(a)
-    {"tools": case.tools, "check": case.check, "eval": case.eval_case, "ckpt": case.ckpt, "resume": case.resume,
+    {"tools": case.tools, "plan": case.plan, "check": case.check, "eval": case.eval_case, "ckpt": case.ckpt, "resume": case.resume,
      "flags": case.flags}[a.case]()
     print(f"PASS: {a.case}")
 
