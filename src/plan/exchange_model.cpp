@@ -2,7 +2,8 @@
 //
 // A pipelined exchange is as slow as its slowest stage plus the time to fill the pipeline:
 //   passive = max(busiest node link, busiest leaf uplinks, a worker's own path, the busiest PS's
-//                 control words, the busiest PS's apply, shared CPU) + fill
+//                 control words, the busiest PS's apply, shared CPU) + k min(link, CPU) + fill
+//             (k and the CPU term only where nodes share cores: the emulated cluster)
 //   fence   = push phase + apply + pull phase + fence barriers (nothing overlaps)
 //   ring    = 2 (W-1) hops of G/W bytes and one latency each (reduce-scatter, then allgather)
 #include "drtrain/plan/exchange_model.hpp"
