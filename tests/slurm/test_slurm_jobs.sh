@@ -32,12 +32,20 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 short=(--max-steps 20 --log-every 10 --eval false --lr-schedule constant --warmup-steps 0)
 common="ALL,DRTRAIN=$drtrain,CONFIG=$root/jobs/configs/mlp.ini,MPI=$mpi"
 
+# job_state ID: JobState=... of the job, or nothing when scontrol did not answer (a busy
+# slurmctld times out now and then on a loaded machine: that is not the job's end).
+job_state() { scontrol show job "$1" 2>/dev/null | grep -o "JobState=[A-Z_]*"; }
+# ended STATE: true for the states a job does not leave (a requeued job goes back to PENDING).
+ended() {
+  case $1 in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*|*NODE_FAIL*|*OUT_OF_MEMORY*|*BOOT_FAIL*|*DEADLINE*) return 0 ;; esac
+  return 1
+}
 # wait_job ID: polls until the job ends (sbatch --wait polls every 10 s); prints JobState=...
 wait_job() {
   local state=""
   for _ in $(seq 1 1200); do
-    state=$(scontrol show job "$1" 2>/dev/null | grep -o "JobState=[A-Z_]*")
-    case $state in *COMPLETED*|*FAILED*|*CANCELLED*|*TIMEOUT*|*NODE_FAIL*|*OUT_OF_MEMORY*) break ;; esac
+    state=$(job_state "$1")
+    ended "$state" && break
     sleep 0.25
   done
   echo "$state"
@@ -100,8 +108,7 @@ chief=""
 for _ in $(seq 1 1200); do  # a hang guard (the job has to start and train 30 steps)
   chief=$(stopped_chief)
   [ -n "$chief" ] && break
-  [[ $(scontrol show job "$id" 2>/dev/null) == *JobState=RUNNING* || \
-     $(scontrol show job "$id" 2>/dev/null) == *JobState=PENDING* ]] || break
+  ended "$(job_state "$id")" && break  # not "neither RUNNING nor PENDING": scontrol may not answer
   sleep 0.25
 done
 if [ -z "$chief" ]; then
