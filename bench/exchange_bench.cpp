@@ -17,7 +17,9 @@
 //     shows the saving); not by default: passive-clip, passive-det-clip, fence-clip (--grad-clip:
 //     each PS applies a step once all its blocks are in and the PS have shared the norm; a
 //     maximum never reached, so the result stays exact)
-// Each exchange is validated (exact result of one SGD step) before it is timed. A timing is the
+// Each exchange is validated (exact result of one SGD step) before it is timed, except in an SMPI
+// build with memory folded (DRT_SMPI_FOLD=1, core/smpi_folding.hpp: every rank's buffers share
+// pages, so their values mean nothing; the JSON line says "folded":true). A timing is the
 // slowest worker's time for one step, after a worker barrier; the table shows the median over
 // --iters steps. Ends with one JSON line.
 //
@@ -38,6 +40,7 @@
 #include "drtrain/core/aligned_buffer.hpp"
 #include "drtrain/core/clock.hpp"
 #include "drtrain/core/error.hpp"
+#include "drtrain/core/smpi_folding.hpp"
 #include "drtrain/core/strings.hpp"
 #include "drtrain/kernels/rules.hpp"
 #include "drtrain/plan/exchange_model.hpp"
@@ -179,6 +182,15 @@ MemoryRates measure_memory(std::size_t floats, int iters) {
   return {median(copy), median(add)};
 }
 
+// True in an SMPI build run with DRT_SMPI_FOLD=1: the buffers' values are shared by all ranks.
+bool memory_folded() {
+#if DRT_SMPI
+  return smpi::folding();
+#else
+  return false;
+#endif
+}
+
 // Plain SGD with learning rate 1: the step that the floor counts, and exact to validate.
 optim::OptimizerConfig plain_sgd() {
   optim::OptimizerConfig sgd;
@@ -228,7 +240,7 @@ double run_scheme(const comm::Topology& topo, const Options& o, const Scheme& sc
   exchange.pull_all(params.data());
   exchange.step(grad.data(), params.data());
   std::size_t bad = floats;
-  for (std::size_t i = 0; i < floats && bad == floats; ++i)
+  for (std::size_t i = 0; i < floats && bad == floats && !memory_folded(); ++i)
     if (params[i] !=
         (scheme.wire == ps::Wire::kBf16
              ? kernels::bf16_bits_to_float(kernels::float_to_bf16_bits(expected_after_one_step(topo.num_workers(), i)))
@@ -340,9 +352,10 @@ void print_rows(const std::vector<Row>& rows, const Options& o, const comm::Topo
       std::printf("\n");
     }
   }
-  std::string json = str("{\"bench\":\"exchange\",\"ps\":", topo.num_ps(), ",\"workers\":", topo.num_workers(),
-                         ",\"nodes\":", topo.num_nodes(), ",\"iters\":", o.iters,
-                         ",\"chunk_kib\":", o.exchange.chunk_bytes_for(topo.num_nodes()) / 1024, ",\"rows\":[");
+  std::string json =
+      str("{\"bench\":\"exchange\",\"ps\":", topo.num_ps(), ",\"workers\":", topo.num_workers(),
+          ",\"nodes\":", topo.num_nodes(), ",\"iters\":", o.iters, ",\"folded\":", memory_folded() ? "true" : "false",
+          ",\"chunk_kib\":", o.exchange.chunk_bytes_for(topo.num_nodes()) / 1024, ",\"rows\":[");
   for (std::size_t k = 0; k < rows.size(); ++k) {
     const Row& r = rows[k];
     json += str(k ? "," : "", "{\"mib\":", r.mib, ",\"memcpy_ms\":", r.memcpy_ms, ",\"add_gbs\":", r.add_gbs,
@@ -377,6 +390,9 @@ int bench_main(comm::MpiSession& session, int argc, char** argv) {
   if (topo.world_rank() == 0) {
     std::printf("drt_bench_exchange: %s\n%s; %d timed steps after %d warm-up\n", topo.describe().c_str(),
                 o.exchange.describe(topo.num_nodes()).c_str(), o.iters, o.warmup);
+    if (memory_folded())
+      std::printf("memory folded (DRT_SMPI_FOLD=1): buffers of %zu KiB or more share pages; results not checked\n",
+                  smpi::kFoldMinBytes >> 10);
     const std::size_t largest = *std::max_element(o.sizes_mib.begin(), o.sizes_mib.end()) << 18;
     std::printf("at %zu MiB, plain SGD: %s\n", largest >> 18,
                 ps::describe_ps_memory(ps::ShardPlan::balanced(largest, topo.num_ps()), topo.num_workers(), o.exchange,

@@ -5,13 +5,17 @@
 # the bench's JSON). Options (each with its default):
 #   --nodes 8 --ps 2 --layout dedicated|colocated --gbit 25 --lat-us 2 --oversub 1 --build build-smpi
 #   --flat (one switch, as the emulated cluster's bridge: scripts/smpi_platform.py --flat)
+#   --fold (memory folding, DRT_SMPI_FOLD=1: the ranks' large buffers share pages, so hundreds of
+#     nodes fit in memory; the bench's exactness check is skipped; docs/SIMULATION.md)
+#   --no-compute (smpi/simulate-computation:no: the ranks' own CPU time between MPI calls is not
+#     simulated; faster, and independent of the host's load; docs/SIMULATION.md)
 #   and, after --, the bench's own options (default: --sizes-mib 4 --iters 5 --warmup 1)
 # dedicated: N ranks, one per node; the PS are the first P nodes (--ps-placement first).
 # colocated: N workers, one per node, and P PS, one on each of the first P nodes (--ps-placement per-node).
 #   bench/smpi_exchange.sh --nodes 64 --ps 8 --gbit 25 -- --sizes-mib 16 --schemes passive,fence
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-nodes=8 ps=2 layout=dedicated gbit=25 lat_us=2 oversub=1 build="$root/build-smpi" flat=()
+nodes=8 ps=2 layout=dedicated gbit=25 lat_us=2 oversub=1 build="$root/build-smpi" flat=() fold=0 compute=yes
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -22,6 +26,8 @@ while [ $# -gt 0 ]; do
     --oversub) oversub=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --flat) flat=(--flat); shift ;;
+    --fold) fold=1; shift ;;
+    --no-compute) compute=no; shift ;;
     --) shift; break ;;
     *) echo "smpi_exchange: unknown option '$1' (see the comment at the top of $0)" >&2; exit 2 ;;
   esac
@@ -43,15 +49,18 @@ case "$layout" in
   *) echo "smpi_exchange: --layout is dedicated or colocated, not '$layout'" >&2; exit 2 ;;
 esac
 ranks=$(wc -l <"$work/hosts")
-echo "smpi_exchange: $nodes nodes ($layout, $ps PS, $ranks ranks), $gbit Gbit/s, $lat_us us, oversubscription $oversub"
+echo "smpi_exchange: $nodes nodes ($layout, $ps PS, $ranks ranks), $gbit Gbit/s, $lat_us us," \
+  "oversubscription $oversub$([ $fold = 1 ] && echo ", memory folded")$([ $compute = no ] && echo ", no compute")"
 # smpi/test, smpi/iprobe, grow-injected-times: drtrain polls with MPI_Test/MPI_Iprobe, which SMPI
 #   otherwise charges 100 us of simulated time each, growing with each failed call.
 # coll-selector ompi: MPI_Win_allocate's allgather in O(N) messages, not O(N^2).
 # allreduce lr: a ring allreduce (what the bench's floor assumes).
 # CM02, crosstraffic 0: plain alpha-beta links (no calibration factors, no ack traffic).
-smpirun -np "$ranks" -platform "$work/platform.xml" -hostfile "$work/hosts" \
+# shared-malloc-blocksize: with --fold, a 16 MiB buffer is one mapping, not 16 (vm.max_map_count).
+DRT_SMPI_FOLD=$fold smpirun -np "$ranks" -platform "$work/platform.xml" -hostfile "$work/hosts" \
   --cfg=smpi/test:1e-7 --cfg=smpi/iprobe:1e-7 --cfg=smpi/grow-injected-times:no \
   --cfg=smpi/coll-selector:ompi --cfg=smpi/allreduce:lr \
   --cfg=network/model:CM02 --cfg=network/crosstraffic:0 --cfg=smpi/host-speed:${speed}f \
+  --cfg=smpi/shared-malloc-blocksize:$((16 << 20)) --cfg=smpi/simulate-computation:$compute \
   --log=root.thres:warning \
   "$bin" --num-ps "$ps" --ps-placement "$placement" --link-gbit "$gbit" "${bench_args[@]}"

@@ -1,7 +1,8 @@
 # DRT_SMPI=ON: drt_bench_exchange alone, compiled with SimGrid's smpicxx so that its ranks run in
 # SMPI's simulated network (docs/SIMULATION.md). No CUDA, HDF5, BLAS, tests or programs: only the
 # parts the bench links (core, optim, comm, ps and the CLI option parser), from the shipped sources,
-# with DRT_SMPI=1 for the few guarded differences (clock, MPI_T, MPI_WIN_MODEL, finalize grace).
+# with DRT_SMPI=1 for the few guarded differences (clock, MPI_T, MPI_WIN_MODEL, finalize grace,
+# memory folding: core/smpi_folding.hpp).
 # Configure: SMPI_PRETEND_CC=1 cmake -S . -B build-smpi -DCMAKE_CXX_COMPILER=smpicxx
 #            -DCMAKE_C_COMPILER=smpicc -DDRT_SMPI=ON
 find_program(DRT_SMPIRUN smpirun)
@@ -22,7 +23,8 @@ target_include_directories(drt_flags INTERFACE ${PROJECT_SOURCE_DIR}/include)
 set(_drt_src ${PROJECT_SOURCE_DIR}/src)
 add_library(drt_smpi_parts STATIC
   ${_drt_src}/core/error.cpp ${_drt_src}/core/json_line.cpp ${_drt_src}/core/log.cpp
-  ${_drt_src}/core/param_layout.cpp ${_drt_src}/core/stop_signals.cpp ${_drt_src}/core/strings.cpp
+  ${_drt_src}/core/param_layout.cpp ${_drt_src}/core/smpi_folding.cpp ${_drt_src}/core/stop_signals.cpp
+  ${_drt_src}/core/strings.cpp
   ${PROJECT_SOURCE_DIR}/kernels/reference.cpp
   ${_drt_src}/optim/lr_schedule.cpp ${_drt_src}/optim/optimizer.cpp ${_drt_src}/optim/sgd.cpp
   ${_drt_src}/optim/adam.cpp

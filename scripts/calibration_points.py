@@ -46,7 +46,7 @@ def fat_tree_leaf(nodes):
     return smpi_platform.leaf_size(nodes)
 
 
-def points(run, testbed, lat_us, source, cpu_only, fat_tree=False):
+def points(run, testbed, lat_us, source, cpu_only, fat_tree=False, compute=True):
     placement = "dedicated" if run["nodes"] == run["ps"] + run["workers"] else "colocated"
     for row in run["rows"]:
         if not row.get("link_gbit"):
@@ -55,6 +55,8 @@ def points(run, testbed, lat_us, source, cpu_only, fat_tree=False):
                 "workers": run["workers"], "chunk_kib": run["chunk_kib"], "gbit": row["link_gbit"],
                 "lat_us": lat_us, "mib": row["mib"], "source": source,
                 "leaf_size": fat_tree_leaf(run["nodes"]) if fat_tree else 0}
+        if not compute:
+            base["compute"] = False  # smpi_exchange.sh --no-compute: the ranks' CPU time not simulated
         measured = dict(row["exchange_ms"], allreduce=row["allreduce_ms"])
         for scheme, ms in measured.items():
             p = dict(base, scheme=scheme, measured_ms=round(ms, 3))
@@ -78,11 +80,13 @@ def main():
     ap.add_argument("--cpu-only", metavar="DIR", help="the same layouts' logs with unlimited links")
     ap.add_argument("--fat-tree", action="store_true",
                     help="the runs were on scripts/smpi_platform.py's fat trees (not --flat): record their leaf size")
+    ap.add_argument("--no-compute", action="store_true",
+                    help="the runs were bench/smpi_exchange.sh --no-compute (the ranks' CPU time not simulated)")
     ap.add_argument("logs", nargs="+")
     args = ap.parse_args()
     for path in args.logs:
         for p in points(bench_line(path), args.testbed, args.lat_us, args.source, cpu_only_times(path, args.cpu_only),
-                        args.fat_tree):
+                        args.fat_tree, not args.no_compute):
             print(json.dumps(p))
 
 

@@ -17,7 +17,7 @@ packages=(
   clang-tidy clang-format             # scripts/lint_check.sh: bug-finding checks and the format check
   zlib1g-dev                          # gzip'd IDX files
   python3 python3-h5py python3-numpy  # checkpoint tests read files with h5py
-  libsimgrid-dev time                 # SimGrid SMPI: the simulated exchange (docs/SIMULATION.md); GNU time for bench/smpi_scale.sh
+  libsimgrid-dev time                 # SimGrid SMPI: the simulated exchange (docs/SIMULATION.md); GNU time (RESULTS.md [d3])
   python3-matplotlib                  # scripts/plot_metrics.py
   iproute2 procps util-linux          # the emulated cluster: ip/tc, pgrep, unshare
   dataset-fashion-mnist               # training data under /usr/share/datasets/fashion-mnist

@@ -5,6 +5,12 @@
 
 #include "drtrain/comm/mpi_check.hpp"
 #include "drtrain/core/log.hpp"
+#if DRT_SMPI
+#include <cstdlib>
+#include <new>
+
+#include "drtrain/core/smpi_folding.hpp"
+#endif
 
 namespace drt::comm {
 namespace {
@@ -24,7 +30,17 @@ Window Window::allocate(std::size_t bytes, const Comm& comm, const WindowHints& 
   Window window;
   MPI_Info info = make_info(hints);
   void* base = nullptr;
+#if DRT_SMPI
+  if (smpi::folding()) {  // folded memory (core/smpi_folding.hpp) exposed with MPI_Win_create, on every rank
+    base = smpi::folds(bytes) ? smpi::fold_alloc(bytes) : std::malloc(bytes == 0 ? 1 : bytes);
+    if (base == nullptr) throw std::bad_alloc();
+  }
+  const int rc = smpi::folding()
+                     ? MPI_Win_create(base, static_cast<MPI_Aint>(bytes), 1, info, comm.get(), &window.win_)
+                     : MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, info, comm.get(), &base, &window.win_);
+#else
   const int rc = MPI_Win_allocate(static_cast<MPI_Aint>(bytes), 1, info, comm.get(), &base, &window.win_);
+#endif
   MPI_Info_free(&info);
   DRT_MPI_CHECK(rc);
   window.base_ = base;
@@ -55,6 +71,12 @@ void Window::reset() noexcept {
     const int rc = MPI_Win_free(&win_);
     if (rc != MPI_SUCCESS) log_warning("MPI_Win_free failed: ", mpi_error_string(rc));
   }
+#if DRT_SMPI
+  if (smpi::folding() && base_ != nullptr) {  // Window::allocate's own memory under folding
+    if (smpi::folds(bytes_)) smpi::fold_free(base_);
+    else std::free(base_);
+  }
+#endif
   win_ = MPI_WIN_NULL;
   base_ = nullptr;
   bytes_ = 0;

@@ -48,8 +48,9 @@ Testbed testbed(const std::string& name) {
 
 std::vector<std::string> extrapolation_notes(int nodes, const Network& net, const std::string& testbed) {
   std::vector<std::string> notes;
-  if (nodes > 64)
-    notes.push_back(str(nodes, " nodes: beyond the 64 simulated on SimGrid; the model extrapolates (docs/PLANNER.md)"));
+  if (nodes > 256)
+    notes.push_back(
+        str(nodes, " nodes: beyond the 256 simulated on SimGrid; the model extrapolates (docs/PLANNER.md)"));
   if (net.gbit > 25.0 || net.gbit < 0.1)
     notes.push_back(str(net.gbit, " Gbit/s: outside the 0.1-25 Gbit/s the model was checked at"));
   if (testbed == "cluster")

@@ -59,7 +59,7 @@ class Case:
     def plan(self):
         # A plan names its recommendation and what it extrapolates; bad usage exits 2 naming the option.
         _, out = run([self.bin("drtrain-plan"), "--params", "124M", "--nodes", "1024", "--gbit", "100"])
-        for needle in ("ring allreduce over the 1024 nodes", "recommended: --rma-sync", "beyond the 64 simulated"):
+        for needle in ("ring allreduce over the 1024 nodes", "recommended: --rma-sync", "beyond the 256 simulated"):
             expect(out, needle, "drtrain-plan at 1024 nodes")
         _, out = run([self.bin("drtrain-plan"), "--params", "2M", "--nodes", "8", "--json"])
         last = json.loads(out.strip().splitlines()[-1])

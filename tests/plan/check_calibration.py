@@ -30,8 +30,9 @@ NOT_MODELLED = {
 def why_not_modelled(p):
     if p["scheme"] == "fence" and p["placement"] == "colocated":
         return "fence with co-located PS: up to 1.8x (emulated) and 3.1x (SimGrid) the model"
-    if p["scheme"] == "fence" and p.get("leaf_size", 0) > 0 and p["nodes"] >= 16:
-        return "fence on SimGrid's fat trees of 16+ nodes: 1.15-2.6x the model (one switch: 0.98)"
+    if p["scheme"] == "fence" and p.get("leaf_size", 0) > 0 and p["nodes"] >= 16 and p.get("compute", True):
+        return ("fence on SimGrid's fat trees of 16+ nodes with the ranks' CPU time simulated: 1.15-2.6x the model "
+                "(one switch, or --no-compute: 0.94-1.03)")
     return NOT_MODELLED.get((p["testbed"], p["scheme"])) or p.get("not_checked")
 
 

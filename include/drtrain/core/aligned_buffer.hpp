@@ -1,5 +1,5 @@
 // AlignedBuffer<T>: an owned, 64-byte-aligned, zero-initialised array of trivially copyable T.
-// Owns its memory; move-only.
+// Owns its memory; move-only. (In SimGrid SMPI builds it may be folded: core/smpi_folding.hpp.)
 #pragma once
 
 #include <cstddef>
@@ -8,6 +8,10 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+
+#if DRT_SMPI
+#include "drtrain/core/smpi_folding.hpp"
+#endif
 
 namespace drt {
 
@@ -21,12 +25,10 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t size) : size_(size) {
     if (size == 0) return;
-    const std::size_t bytes = (size * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
-    data_ = static_cast<T*>(std::aligned_alloc(kAlignment, bytes));
-    if (!data_) throw std::bad_alloc();
-    std::memset(static_cast<void*>(data_), 0, bytes);
+    data_ = allocate(size);
+    std::memset(static_cast<void*>(data_), 0, bytes_for(size));
   }
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() { release(data_, size_); }
 
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
@@ -34,7 +36,7 @@ class AlignedBuffer {
       : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
-      std::free(data_);
+      release(data_, size_);
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
     }
@@ -53,6 +55,27 @@ class AlignedBuffer {
   const T* end() const { return data_ + size_; }
 
  private:
+  static std::size_t bytes_for(std::size_t size) {
+    return (size * sizeof(T) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  static T* allocate(std::size_t size) {
+#if DRT_SMPI
+    if (smpi::folds(bytes_for(size))) return static_cast<T*>(smpi::fold_alloc(bytes_for(size)));
+#endif
+    T* p = static_cast<T*>(std::aligned_alloc(kAlignment, bytes_for(size)));
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void release(T* p, [[maybe_unused]] std::size_t size) {
+#if DRT_SMPI
+    if (p != nullptr && smpi::folds(bytes_for(size))) {
+      smpi::fold_free(p);
+      return;
+    }
+#endif
+    std::free(p);
+  }
+
   T* data_ = nullptr;
   std::size_t size_ = 0;
 };
