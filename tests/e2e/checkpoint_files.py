@@ -621,7 +621,7 @@ class Case:
                         killed += 1
                     except ProcessLookupError:
                         pass
-            code, _ = job.finish()  # a hang guard: one rank killed must end the whole job
+            code, _ = job.finish_killed(d)  # a hang guard: one rank killed must end the whole job
             if first_run_s is None:
                 first_run_s = time.time() - t0
             if code == 0:

@@ -6,7 +6,7 @@ CASE:
   tools   drtrain, drtrain-ckpt, drtrain-data (and their subcommands) and drtrain-plan answer --help and
           --version alike: exit 0, the help or "TOOL VERSION" on stdout, one version for all
   plan    drtrain-plan at 1024 nodes prints the ring allreduce, a recommendation and that it
-          extrapolates beyond the simulated 64 nodes; --json ends with the recommendation; bad
+          extrapolates beyond the 256 nodes SimGrid confirmed; --json ends with the recommendation; bad
           usage (no --params, 1 node, an unknown testbed or wire) exits 2 naming the option
   check   drtrain --check / --dry-run on one process without mpirun: the layout, the parameter
           count, each role's memory; a job no node of this kind can hold (a batch of 4 million
@@ -59,7 +59,7 @@ class Case:
     def plan(self):
         # A plan names its recommendation and what it extrapolates; bad usage exits 2 naming the option.
         _, out = run([self.bin("drtrain-plan"), "--params", "124M", "--nodes", "1024", "--gbit", "100"])
-        for needle in ("ring allreduce over the 1024 nodes", "recommended: --rma-sync", "beyond the 256 simulated"):
+        for needle in ("ring allreduce over the 1024 nodes", "recommended: --rma-sync", "beyond the 256 where SimGrid confirmed"):
             expect(out, needle, "drtrain-plan at 1024 nodes")
         _, out = run([self.bin("drtrain-plan"), "--params", "2M", "--nodes", "8", "--json"])
         last = json.loads(out.strip().splitlines()[-1])
