@@ -6,7 +6,7 @@ timing) and the simulated ring allreduce lies within 5 % of its alpha-beta floor
 link (SMPI_NOTES: 2.29 ms against 2.24 ms at 2 PS + 6 workers, 4 MiB, 25 Gbit/s).
 Folded run (--fold, memory folding: values are meaningless, so not checked): fails unless the bench
 says it was folded, its allreduce is on the same floor, and every exchange took at least the link
-floor (folding must not skip the simulated transfers, only the host's copies)."""
+floor (folding must leave the simulated transfers as they were)."""
 import json
 import subprocess
 import sys

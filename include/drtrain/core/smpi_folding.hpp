@@ -1,8 +1,9 @@
 // SimGrid SMPI builds only (DRT_SMPI=1): memory folding, so that one host can simulate hundreds of
 // nodes. With DRT_SMPI_FOLD=1 in the environment, every large buffer (AlignedBuffer, window
 // memory) comes from SMPI_SHARED_MALLOC: all simulated ranks' copies map the same few physical
-// pages, so memory stays flat as ranks grow, and SMPI skips copying payloads between them. Their
-// contents are then meaningless: whatever checks values (the bench's exactness check) is skipped.
+// pages, so the ranks' own memory stays flat as they grow (SimGrid's copies of RMA payloads in
+// flight do not fold). Their contents are then meaningless: whatever checks values (the bench's
+// exactness check) is skipped.
 #pragma once
 
 #include <cstddef>
