@@ -14,11 +14,11 @@ def tree(pid):
                 kids.setdefault(ppid, []).append(int(d))
             except OSError:
                 pass
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
+    out, pending = [], [pid]
+    while pending:
+        p = pending.pop()
         out.append(p)
-        todo += kids.get(p, [])
+        pending += kids.get(p, [])
     return out
 
 def mem(pids):
